@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs every test: the Release suite (CUDA code compiled too when nvcc is found), the same suite
+# under ASan+UBSan, and the installed-package example. Exits non-zero on any failure.
+# Usage: scripts/test.sh            (FLASHATTN_TEST_SEED=N replays a run's random inputs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+jobs=$(nproc)
+
+step() { echo; echo "==== $* ($(date -u +%H:%M:%S))"; }
+timed() {  # timed LABEL CMD...: runs CMD, prints its wall time
+  local label=$1; shift
+  local t0=$(date +%s)
+  "$@"
+  echo "[time] $label: $(( $(date +%s) - t0 )) s"
+}
+
+step "Release build (CUDA compile-only when nvcc is present)"
+cmake --preset release >/dev/null
+timed "release build" cmake --build --preset release -j "$jobs"
+
+step "Release tests"
+timed "release tests" ctest --preset release -j "$jobs"
+
+step "ASan + UBSan build and tests"
+cmake --preset asan >/dev/null
+timed "asan build" cmake --build --preset asan -j "$jobs"
+timed "asan tests" env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  FLASHATTN_TEST_SANITIZER=1 ctest --preset asan -j "$jobs"
+
+step "Installed package + examples/"
+timed "install + example" bash scripts/check_install.sh
+
+echo
+echo "all tests passed"
