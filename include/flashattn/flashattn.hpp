@@ -41,10 +41,12 @@ enum class DType : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 // Which diagonal "causal", the window and ALiBi distances are measured from (picture above).
 enum class Alignment : int32_t { kBottomRight = 0, kTopLeft = 1 };
 
-// Which implementation runs. kAuto picks the fastest that supports the problem.
-// The reference (fp64 textbook attention) and standard (fp32, S and P materialised) backends
-// are exact baselines for tests and benchmarks, not for production use.
-enum class Backend : int32_t { kAuto = 0, kCpu = 1, kReference = 2, kStandard = 3 };
+// Which implementation runs. kAuto picks the fastest that supports the problem: in a CUDA build,
+// the GPU path when q is device memory, else the CPU. The reference (fp64 textbook attention) and
+// standard (fp32, S and P materialised) backends are exact CPU baselines for tests and benchmarks.
+// kCudaSm80: FlashAttention-2-class tensor-core kernels for compute capability >= 8.0 (forward;
+// fp16/bf16; see README for the options it takes).
+enum class Backend : int32_t { kAuto = 0, kCpu = 1, kReference = 2, kStandard = 3, kCudaSm80 = 4 };
 
 enum class StatusCode : int32_t {
   kOk = 0,

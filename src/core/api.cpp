@@ -9,6 +9,9 @@
 #include "core/problem.hpp"
 #include "core/thread_pool.hpp"
 #include "core/validate.hpp"
+#ifdef FLASHATTN_WITH_CUDA
+#include "cuda/cuda_backend.hpp"
+#endif
 
 namespace flashattn {
 namespace detail {
@@ -19,11 +22,19 @@ struct Plan {
   Status status;
   size_t workspace_bytes = 0;
   int threads = 1;
-  void (*run)(const Params&, void*, int) = nullptr;
+  bool device = false;  // a GPU backend: workspace must come from the caller, run() enqueues on launch.stream
+  void (*run)(const Params&, void* workspace, int threads, void* stream) = nullptr;
 };
 
-void run_reference_forward(const ForwardParams& p, void*, int) { reference_forward(p); }
-void run_reference_backward(const BackwardParams& p, void*, int) { reference_backward(p); }
+void run_reference_forward(const ForwardParams& p, void*, int, void*) { reference_forward(p); }
+void run_reference_backward(const BackwardParams& p, void*, int, void*) { reference_backward(p); }
+template <void (*F)(const ForwardParams&, void*, int)>
+void run_cpu(const ForwardParams& p, void* ws, int threads, void*) { F(p, ws, threads); }
+template <void (*F)(const BackwardParams&, void*, int)>
+void run_cpu(const BackwardParams& p, void* ws, int threads, void*) { F(p, ws, threads); }
+#ifdef FLASHATTN_WITH_CUDA
+void run_cuda_sm80_forward(const ForwardParams& p, void* ws, int, void* stream) { cuda_sm80_forward(p, ws, stream); }
+#endif
 
 Status check_head_dims(const AttentionParams& p, Backend b, int64_t max_dim) {
   const int64_t dv = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
@@ -36,7 +47,23 @@ Status check_head_dims(const AttentionParams& p, Backend b, int64_t max_dim) {
   return {};
 }
 
-Backend resolve_backend(Backend requested) { return requested == Backend::kAuto ? Backend::kCpu : requested; }
+// kAuto: the GPU path when the data lives on the GPU (CUDA builds), else the CPU flash backend.
+Backend resolve_backend(Backend requested, const AttentionParams& p) {
+  if (requested != Backend::kAuto) return requested;
+#ifdef FLASHATTN_WITH_CUDA
+  if (cuda_is_device_pointer(p.q.data)) return Backend::kCudaSm80;
+#else
+  (void)p;
+#endif
+  return Backend::kCpu;
+}
+
+#ifndef FLASHATTN_WITH_CUDA
+Status no_cuda_build(Backend b) {
+  return not_supported("launch.backend: " + std::string(to_string(b)) +
+                       " needs a CUDA build of flashattn (configure with FLASHATTN_CUDA=ON)");
+}
+#endif
 
 // The standard backend materialises [seqlen_q, seqlen_k] score matrices per worker; refuse sizes whose
 // scratch (at most 16 bytes per score and worker) would not even fit in size_t.
@@ -61,19 +88,31 @@ void* align_up(void* p) {
 Plan<ForwardParams> select_forward(const ForwardParams& p, const Launch& launch) {
   Plan<ForwardParams> plan;
   if ((plan.status = validate_launch(launch)); !plan.status) return plan;
+  const Backend b = resolve_backend(launch.backend, p);
+  if (b == Backend::kCudaSm80) {
+#ifdef FLASHATTN_WITH_CUDA
+    plan.device = true;
+    if ((plan.status = validate_forward(p, /*host_cu_seqlens=*/false)); !plan.status) return plan;
+    if ((plan.status = cuda_sm80_forward_supported(p)); !plan.status) return plan;
+    plan.run = run_cuda_sm80_forward;
+    plan.workspace_bytes = with_slack(cuda_sm80_forward_workspace(p));
+#else
+    plan.status = no_cuda_build(b);
+#endif
+    return plan;
+  }
   if ((plan.status = validate_forward(p)); !plan.status) return plan;
-  const Backend b = resolve_backend(launch.backend);
   if ((plan.status = check_head_dims(p, b, kCpuMaxHeadDim)); !plan.status) return plan;
   plan.threads = resolve_threads(launch.num_threads);
   switch (b) {
     case Backend::kReference: plan.run = run_reference_forward; break;
     case Backend::kStandard:
       if ((plan.status = check_standard_scratch(p, plan.threads)); !plan.status) return plan;
-      plan.run = standard_forward;
+      plan.run = run_cpu<standard_forward>;
       plan.workspace_bytes = with_slack(standard_forward_workspace(p, plan.threads));
       break;
     default:
-      plan.run = cpu_forward;
+      plan.run = run_cpu<cpu_forward>;
       plan.workspace_bytes = with_slack(cpu_forward_workspace(p, plan.threads));
       break;
   }
@@ -83,19 +122,27 @@ Plan<ForwardParams> select_forward(const ForwardParams& p, const Launch& launch)
 Plan<BackwardParams> select_backward(const BackwardParams& p, const Launch& launch) {
   Plan<BackwardParams> plan;
   if ((plan.status = validate_launch(launch)); !plan.status) return plan;
+  const Backend b = resolve_backend(launch.backend, p);
+  if (b == Backend::kCudaSm80) {
+#ifdef FLASHATTN_WITH_CUDA
+    plan.status = not_supported("backward: backend cuda-sm80 has no backward pass yet");
+#else
+    plan.status = no_cuda_build(b);
+#endif
+    return plan;
+  }
   if ((plan.status = validate_backward(p)); !plan.status) return plan;
-  const Backend b = resolve_backend(launch.backend);
   if ((plan.status = check_head_dims(p, b, kCpuMaxHeadDim)); !plan.status) return plan;
   plan.threads = resolve_threads(launch.num_threads);
   switch (b) {
     case Backend::kReference: plan.run = run_reference_backward; break;
     case Backend::kStandard:
       if ((plan.status = check_standard_scratch(p, plan.threads)); !plan.status) return plan;
-      plan.run = standard_backward;
+      plan.run = run_cpu<standard_backward>;
       plan.workspace_bytes = with_slack(standard_backward_workspace(p, plan.threads));
       break;
     default:
-      plan.run = cpu_backward;
+      plan.run = run_cpu<cpu_backward>;
       plan.workspace_bytes = with_slack(cpu_backward_workspace(p, plan.threads));
       break;
   }
@@ -109,9 +156,12 @@ Status execute(const Plan<Params>& plan, const Params& p, const Launch& launch) 
     if (launch.workspace_bytes < plan.workspace_bytes)
       return {StatusCode::kWorkspaceTooSmall, "launch.workspace_bytes: need " + std::to_string(plan.workspace_bytes) +
                                                   " bytes, got " + std::to_string(launch.workspace_bytes)};
-    plan.run(p, plan.workspace_bytes ? align_up(launch.workspace) : nullptr, plan.threads);
+    plan.run(p, plan.workspace_bytes ? align_up(launch.workspace) : nullptr, plan.threads, launch.stream);
     return {};
   }
+  if (plan.device && plan.workspace_bytes > 0)
+    return invalid("launch.workspace: the GPU backend needs " + std::to_string(plan.workspace_bytes) +
+                   " bytes of caller-owned device workspace (null given)");
   // CPU convenience: no caller workspace, so allocate it for this call.
   struct Free { void operator()(void* q) const { std::free(q); } };
   std::unique_ptr<void, Free> ws;
@@ -120,7 +170,7 @@ Status execute(const Plan<Params>& plan, const Params& p, const Launch& launch) 
     if (!ws) return {StatusCode::kInternal, "out of memory allocating " + std::to_string(plan.workspace_bytes) +
                                                 " bytes of workspace"};
   }
-  plan.run(p, ws.get(), plan.threads);  // aligned_alloc is already aligned; the slack goes unused
+  plan.run(p, ws.get(), plan.threads, launch.stream);  // aligned_alloc is already aligned; the slack goes unused
   return {};
 }
 
@@ -163,6 +213,7 @@ const char* to_string(Backend b) {
     case Backend::kCpu: return "cpu";
     case Backend::kReference: return "reference";
     case Backend::kStandard: return "standard";
+    case Backend::kCudaSm80: return "cuda-sm80";
   }
   return "unknown";
 }

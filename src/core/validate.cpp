@@ -60,7 +60,8 @@ Status check_disjoint(const char* name, std::initializer_list<std::pair<int64_t,
 
 struct Rows {
   int64_t batch;  // batch entries addressed through batch_stride (1 with varlen)
-  int64_t q, k;   // rows addressed per batch entry
+  int64_t q, k;   // rows addressed per batch entry (an upper bound with device-resident cu_seqlens)
+  int64_t distinct_q, distinct_k;  // rows that must not overlap (q, k; the longest sequence when q, k are bounds)
 };
 
 Status check_tensor(const char* name, const void* data, const Rows& r, bool k_side, int64_t heads,
@@ -79,8 +80,8 @@ Status check(const char* name, const T& t, const Rows& r, bool k_side, int64_t h
 // An output tensor: valid as an input, and no two elements share memory.
 Status check_output(const char* name, const Tensor& t, const Rows& r, bool k_side, int64_t heads, int64_t dim) {
   if (Status s = check(name, t, r, k_side, heads, dim); !s) return s;
-  return check_disjoint(name, {{r.batch, t.batch_stride}, {k_side ? r.k : r.q, t.row_stride}, {heads, t.head_stride},
-                               {dim, 1}});
+  return check_disjoint(name, {{r.batch, t.batch_stride}, {k_side ? r.distinct_k : r.distinct_q, t.row_stride},
+                               {heads, t.head_stride}, {dim, 1}});
 }
 
 Status check_cu_seqlens(const char* name, const char* max_name, const int32_t* cu, int64_t batch, int64_t max_len,
@@ -100,7 +101,7 @@ Status check_cu_seqlens(const char* name, const char* max_name, const int32_t* c
 }
 
 // Everything AttentionParams says on its own. Fills the row extents the outputs use.
-Status check_attention(const AttentionParams& p, Rows* rows) {
+Status check_attention(const AttentionParams& p, bool host_cu_seqlens, Rows* rows) {
   if (!valid_dtype(p.dtype)) return invalid("dtype: expected kFloat32, kFloat16 or kBFloat16");
   if (p.batch < 0) return invalid("batch: expected >= 0, got " + str(p.batch));
   if (p.seqlen_q < 0) return invalid("seqlen_q: expected >= 0, got " + str(p.seqlen_q));
@@ -122,12 +123,18 @@ Status check_attention(const AttentionParams& p, Rows* rows) {
   const bool varlen_q = p.maybe_cu_seqlens_q != nullptr, varlen_k = p.maybe_cu_seqlens_k != nullptr;
   if (varlen_q != varlen_k)
     return invalid("maybe_cu_seqlens_q, maybe_cu_seqlens_k: give both (variable-length batch) or neither");
-  *rows = {p.batch, p.seqlen_q, p.seqlen_k};
-  if (varlen_q && p.batch > 0) {
+  *rows = {p.batch, p.seqlen_q, p.seqlen_k, p.seqlen_q, p.seqlen_k};
+  if (varlen_q && p.batch > 0 && !host_cu_seqlens) {
+    // Device-resident offsets: bound the packed rows by batch x the maximum lengths.
+    int64_t total_q, total_k;
+    if (__builtin_mul_overflow(p.batch, p.seqlen_q, &total_q) || __builtin_mul_overflow(p.batch, p.seqlen_k, &total_k))
+      return invalid("batch, seqlen_q, seqlen_k: batch x seqlen overflows int64_t");
+    *rows = {1, total_q, total_k, p.seqlen_q, p.seqlen_k};
+  } else if (varlen_q && p.batch > 0) {
     int64_t total_q = 0, total_k = 0;
     if (Status s = check_cu_seqlens("maybe_cu_seqlens_q", "seqlen_q", p.maybe_cu_seqlens_q, p.batch, p.seqlen_q, &total_q); !s) return s;
     if (Status s = check_cu_seqlens("maybe_cu_seqlens_k", "seqlen_k", p.maybe_cu_seqlens_k, p.batch, p.seqlen_k, &total_k); !s) return s;
-    *rows = {1, total_q, total_k};
+    *rows = {1, total_q, total_k, total_q, total_k};
   }
 
   const int64_t dv = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
@@ -166,22 +173,22 @@ Status check_lse(const char* name, const AttentionParams& p, const Rows& rows, c
 Status check_lse_output(const AttentionParams& p, const Rows& rows, const float* lse, int64_t batch_stride,
                         int64_t head_stride) {
   if (Status s = check_lse("maybe_lse", p, rows, lse, batch_stride, head_stride); !s || lse == nullptr) return s;
-  return check_disjoint("maybe_lse", {{rows.batch, batch_stride}, {p.heads_q, head_stride}, {rows.q, 1}});
+  return check_disjoint("maybe_lse", {{rows.batch, batch_stride}, {p.heads_q, head_stride}, {rows.distinct_q, 1}});
 }
 
 }  // namespace
 
-Status validate_forward(const ForwardParams& p) {
+Status validate_forward(const ForwardParams& p, bool host_cu_seqlens) {
   Rows rows{};
-  if (Status s = check_attention(p, &rows); !s) return s;
+  if (Status s = check_attention(p, host_cu_seqlens, &rows); !s) return s;
   const int64_t dv = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
   if (Status s = check_output("o", p.o, rows, false, p.heads_q, dv); !s) return s;
   return check_lse_output(p, rows, p.maybe_lse, p.lse_batch_stride, p.lse_head_stride);
 }
 
-Status validate_backward(const BackwardParams& p) {
+Status validate_backward(const BackwardParams& p, bool host_cu_seqlens) {
   Rows rows{};
-  if (Status s = check_attention(p, &rows); !s) return s;
+  if (Status s = check_attention(p, host_cu_seqlens, &rows); !s) return s;
   const int64_t dv = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
   if (Status s = check("o", p.o, rows, false, p.heads_q, dv); !s) return s;
   if (Status s = check("d_o", p.d_o, rows, false, p.heads_q, dv); !s) return s;
@@ -195,7 +202,8 @@ Status validate_backward(const BackwardParams& p) {
 
 Status validate_launch(const Launch& launch) {
   switch (launch.backend) {
-    case Backend::kAuto: case Backend::kCpu: case Backend::kReference: case Backend::kStandard: break;
+    case Backend::kAuto: case Backend::kCpu: case Backend::kReference: case Backend::kStandard:
+    case Backend::kCudaSm80: break;
     default: return invalid("launch.backend: unknown backend value " + str(static_cast<int>(launch.backend)));
   }
   if (launch.num_threads < 0)

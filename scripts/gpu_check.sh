@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The GPU check, in one call on a GPU machine (an H200 here): configure and build the CUDA backends
+# for sm_80 and sm_90a (ptxas report: registers, spills), run the GPU tests, compute-sanitizer
+# memcheck and racecheck on small cases, the SASS instruction mix, then the forward benchmark beside
+# PyTorch SDPA's backends, whose short table is printed last.
+#
+#   scripts/gpu_check.sh                      everything
+#   STEPS="build test" scripts/gpu_check.sh   some steps (build test sanitize sass bench)
+#   BENCH_ARGS="--dims 128 --seqlens 8192"    passed to tools/gpu/bench_sdpa.py
+# Logs go to $OUT (or build/gpu-check) and the build to build/gpu.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STEPS=${STEPS:-"build test sanitize sass bench"}
+LOGS=${OUT:-build/gpu-check}
+BUILD=build/gpu
+mkdir -p "$LOGS"
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+step() { echo; echo "==== $* ($(date -u +%H:%M:%S))"; }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader || true
+
+if has build; then
+  step "build (sm_80 + sm_90a)"
+  t0=$(date +%s)
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_PTXAS_VERBOSE=ON \
+        ${CMAKE_ARGS:-} > "$LOGS/configure.log"
+  cmake --build "$BUILD" -j "$(nproc)" --target flashattn_cuda_tests flashattn_shim flashattn_tests \
+        > "$LOGS/build.log" 2>&1 || { tail -50 "$LOGS/build.log"; exit 1; }
+  echo "[time] build: $(( $(date +%s) - t0 )) s"
+  # ptxas: a "Compiling entry function" line per kernel and target, then its usage lines.
+  awk '/Compiling entry function/ { match($0, /forward_kernelILi[0-9]+/); hdim = substr($0, RSTART + 17, RLENGTH - 17);
+         type = ($0 ~ /bfloat16/) ? "bf16" : "fp16"; match($0, /sm_[0-9a]+/); arch = substr($0, RSTART, RLENGTH) }
+       /spill stores/ { spill = $0 }
+       /Used [0-9]+ registers/ { match($0, /Used [0-9]+ registers/);
+         printf "  forward hdim %-3s %s %-6s %s |%s\n", hdim, type, arch, substr($0, RSTART, RLENGTH), spill }' \
+      "$LOGS/build.log" | sort -u
+  if grep -E "[1-9][0-9]* bytes spill" "$LOGS/build.log"; then echo "SPILLS in the ptxas report"; exit 1; fi
+fi
+
+if has test; then
+  step "GPU tests"
+  "$BUILD/tests/cuda/flashattn_cuda_tests" --gtest_brief=1 2>&1 | tee "$LOGS/tests.log" | grep -v "^  \|^\[seed\]" || true
+  grep -q "PASSED" "$LOGS/tests.log" && ! grep -q "FAILED" "$LOGS/tests.log" || { echo "GPU TESTS FAILED"; exit 1; }
+  step "CPU tests (same build)"
+  "$BUILD/tests/flashattn_tests" --gtest_brief=1 > "$LOGS/cpu_tests.log" 2>&1 && tail -3 "$LOGS/cpu_tests.log" \
+      || { tail -40 "$LOGS/cpu_tests.log"; echo "CPU TESTS FAILED"; exit 1; }
+fi
+
+if has sanitize; then
+  step "compute-sanitizer memcheck (small cases)"
+  compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/flashattn_cuda_tests" --gtest_brief=1 \
+      --gtest_filter='*Small*' > "$LOGS/memcheck.log" 2>&1 && echo "memcheck: clean" || { tail -30 "$LOGS/memcheck.log"; exit 1; }
+  step "compute-sanitizer racecheck (a few small cases)"
+  compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/flashattn_cuda_tests" --gtest_brief=1 \
+      --gtest_filter='*Small*q203_k113*:*Small*varlen*:*SmallRepeat*' > "$LOGS/racecheck.log" 2>&1 \
+      && echo "racecheck: clean" || { tail -30 "$LOGS/racecheck.log"; exit 1; }
+fi
+
+if has sass; then
+  step "SASS instruction mix (sm_90a, per kernel)"
+  for obj in "$BUILD"/src/cuda/CMakeFiles/flashattn_cuda.dir/sm80/instantiations/forward_hdim*_bf16.cu.o; do
+    cuobjdump -sass -arch sm_90a "$obj" > "$LOGS/sass.txt" 2>/dev/null || continue
+    printf "  %-24s" "$(basename "$obj" .cu.o)"
+    for op in HMMA LDSM LDGSTS MUFU.EX2 BAR.SYNC LDL STL; do printf " %s=%s" "$op" "$(grep -c "$op" "$LOGS/sass.txt")"; done
+    echo
+  done
+fi
+
+if has bench; then
+  step "forward benchmark beside PyTorch SDPA"
+  PYTHONUNBUFFERED=1 python3 tools/gpu/bench_sdpa.py --lib "$BUILD/tools/gpu/libflashattn_shim.so" --json "$LOGS/bench.json" \
+      ${BENCH_ARGS:-} 2>&1 | tee "$LOGS/bench.log"
+fi

@@ -1,0 +1,24 @@
+// The CUDA backends behind the one selection point (core/api.cpp). Each takes validated params
+// whose pointers are device memory; supported() says, before anything runs, whether the backend
+// takes a problem (naming what is missing when not), workspace() how many bytes of caller-owned
+// device scratch it needs, and forward() enqueues the work on the given stream without allocating.
+#pragma once
+
+#include <cstddef>
+
+#include "flashattn/flashattn.hpp"
+
+namespace flashattn::detail {
+
+// True when ptr is device (or managed) memory of the current device: how kAuto picks the GPU.
+bool cuda_is_device_pointer(const void* ptr);
+
+// FlashAttention-2 forward on mma.sync tensor cores, for compute capability 8.0 and later:
+// fp16/bf16, head dims that are multiples of 8 up to the largest instantiation (256 in a full
+// build; head_dim_v == head_dim), causal in both alignments, sliding window, GQA/MQA, varlen, LSE.
+Status cuda_sm80_forward_supported(const ForwardParams& p);
+size_t cuda_sm80_forward_workspace(const ForwardParams& p);
+// stream: a cudaStream_t. Launch errors are reported by the next CUDA call on the stream.
+void cuda_sm80_forward(const ForwardParams& p, void* workspace, void* stream);
+
+}  // namespace flashattn::detail

@@ -1,0 +1,193 @@
+// FlashAttention-2 forward for sm_80 and later, on mma.sync. One thread block owns Br query rows
+// of one (batch, head) and walks the K/V tiles its rows can see, last to first, so that the tiles
+// that need the per-element mask (the causal diagonal, the sequence end) come first; the warps
+// split the rows, so each keeps its own softmax statistics and P stays in registers.
+//
+// Pipeline, Q resident, one barrier before each GEMM:
+//   1 stage:   wait K(n) | issue V(n)   | S = Q K(n)^T, mask, softmax | wait V(n) | issue K(n-1) | o += P V(n)
+//   2 stages:  wait K(n) | issue K(n-1) | S = Q K(n)^T, mask, softmax | wait V(n) | issue V(n-1) | o += P V(n)
+// With one stage each load hides behind one GEMM; with two, behind a whole iteration. A second
+// resident block per multiprocessor covers what remains.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/primitives/cp_async.cuh"
+#include "cuda/primitives/ldmatrix.cuh"
+#include "cuda/primitives/smem_tile.cuh"
+#include "cuda/sm80/epilogue.cuh"
+#include "cuda/sm80/kernel_params.hpp"
+#include "cuda/sm80/mask.cuh"
+#include "cuda/sm80/policy.hpp"
+#include "cuda/sm80/softmax.cuh"
+#include "cuda/sm80/tile_load.cuh"
+#include "cuda/sm80/warp_gemm.cuh"
+
+namespace flashattn::detail::sm80 {
+
+// Where this block's sequence lives: its lengths and the first row of q/o and k/v.
+struct SequenceView {
+  int sq, sk;
+  int q_row0, k_row0;  // varlen: rows into the packed tensors; else 0 (batch strides apply)
+};
+
+__device__ __forceinline__ SequenceView sequence_view(const ForwardKernelParams& p, int b) {
+  if (p.maybe_cu_seqlens_q != nullptr) {
+    const int q0 = p.maybe_cu_seqlens_q[b], k0 = p.maybe_cu_seqlens_k[b];
+    return {p.maybe_cu_seqlens_q[b + 1] - q0, p.maybe_cu_seqlens_k[b + 1] - k0, q0, k0};
+  }
+  return {p.seqlen_q, p.seqlen_k, 0, 0};
+}
+
+// Scores of keys outside the band become -inf, on tiles that not every row sees whole. The row
+// ranges are recomputed per masked tile rather than kept across the loop: registers are scarcer
+// than the few integer operations.
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void apply_band_mask(cuda::FragC (&s)[kMTiles][kNTiles], const Band& band, int rows0,
+                                                int j0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const KeyRange keys = band.visible_keys(rows0 + mt * 16 + g + 8 * r);
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = j0 + nt * 8 + 2 * t + e;
+          if (j < keys.lo || j >= keys.hi) s[mt][nt].x[2 * r + e] = -INFINITY;
+        }
+    }
+}
+
+template <int kHeadDim, class T>
+__global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(),
+                                  ForwardPolicy<kHeadDim>::kTiles.min_blocks)
+    forward_kernel(const ForwardKernelParams p) {
+  constexpr ForwardTiles kTiles = ForwardPolicy<kHeadDim>::kTiles;
+  constexpr int kBlockM = kTiles.block_m, kBlockN = kTiles.block_n, kThreads = kTiles.threads();
+  constexpr int kMTiles = kTiles.warp_rows() / 16;  // m16 tiles per warp
+  constexpr int kNTiles = kBlockN / 8;              // n8 tiles of S per K tile
+  constexpr int kDTiles = kHeadDim / 8;             // n8 tiles of o
+  constexpr int kStages = kTiles.stages;
+  using QTile = cuda::SwizzledTile<kBlockM, kHeadDim>;
+  using KVTile = cuda::SwizzledTile<kBlockN, kHeadDim>;
+  using QLoad = TileLoad<T, kBlockM, kHeadDim, kThreads>;
+  using KVLoad = TileLoad<T, kBlockN, kHeadDim, kThreads>;
+
+  extern __shared__ __align__(128) char smem[];
+  const uint32_t q_addr = cuda::smem_address(smem);
+  const uint32_t k_addr0 = q_addr + QTile::kBytes;            // kStages K tiles
+  const uint32_t v_addr0 = k_addr0 + kStages * KVTile::kBytes;  // kStages V tiles
+  // Tile n lives in buffer n % kStages.
+  const auto buffer = [](uint32_t addr0, int n) { return addr0 + (kStages == 1 ? 0u : (n & 1) * KVTile::kBytes); };
+
+  // Heaviest blocks (last rows: most keys under causal masking) launch first.
+  const int m_block = gridDim.x - 1 - blockIdx.x;
+  const int h = blockIdx.y, b = blockIdx.z, h_kv = h / p.group;
+  const SequenceView seq = sequence_view(p, b);
+  const int i0 = m_block * kBlockM;
+  if (i0 >= seq.sq) return;  // varlen: this sequence is shorter than the longest
+  const int i1 = min(i0 + kBlockM, seq.sq);
+  const Band band = make_band(p, seq.sq, seq.sk);
+  const KeyRange keys = band.visible_keys(i0, i1);
+  const int n_begin = keys.lo / kBlockN;
+  const int n_end = (keys.hi + kBlockN - 1) / kBlockN;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int warp_rows0 = warp * kTiles.warp_rows();
+
+  const bool varlen = p.maybe_cu_seqlens_q != nullptr;
+  const T* q = static_cast<const T*>(p.q) + (varlen ? 0 : b * p.q_batch_stride) +
+               (int64_t{seq.q_row0} + i0) * p.q_row_stride + h * p.q_head_stride;
+  const T* k = static_cast<const T*>(p.k) + (varlen ? 0 : b * p.k_batch_stride) + seq.k_row0 * p.k_row_stride +
+               h_kv * p.k_head_stride;
+  const T* v = static_cast<const T*>(p.v) + (varlen ? 0 : b * p.v_batch_stride) + seq.k_row0 * p.v_row_stride +
+               h_kv * p.v_head_stride;
+
+  cuda::FragC o[kMTiles][kDTiles];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) o[mt][dt] = {0.0f, 0.0f, 0.0f, 0.0f};
+  OnlineSoftmax<kMTiles> softmax;
+  softmax.init();
+
+  if (n_begin < n_end) {
+    const auto kv_rows = [&](int n) { return min(kBlockN, seq.sk - n * kBlockN); };
+    const auto issue_k = [&](int n) {
+      KVLoad::issue(buffer(k_addr0, n), k + int64_t{n} * kBlockN * p.k_row_stride, p.k_row_stride, kv_rows(n),
+                    p.head_dim, tid);
+    };
+    const auto issue_v = [&](int n) {
+      KVLoad::issue(buffer(v_addr0, n), v + int64_t{n} * kBlockN * p.v_row_stride, p.v_row_stride, kv_rows(n),
+                    p.head_dim, tid);
+    };
+    QLoad::issue(q_addr, q, p.q_row_stride, i1 - i0, p.head_dim, tid);
+    issue_k(n_end - 1);
+    cuda::cp_async_commit();
+    if constexpr (kStages == 2) {
+      issue_v(n_end - 1);
+      cuda::cp_async_commit();
+    }
+    // Policies with room keep the warp's Q fragments in registers, loaded after the first barrier.
+    [[maybe_unused]] cuda::FragA q_frag[kMTiles][kTiles.q_in_registers ? kHeadDim / 16 : 1];
+
+    // Commit groups complete in order. Two stages: every step commits one group (empty at the
+    // end), so "all but the newest group" is always the tile about to be read.
+    for (int n = n_end - 1; n >= n_begin; --n) {
+      const int j0 = n * kBlockN;
+      cuda::cp_async_wait<kStages - 1>();
+      __syncthreads();  // K(n) is in; every warp is done with the buffer the next issue overwrites
+      if constexpr (kStages == 1) {
+        issue_v(n);
+      } else if (n > n_begin) {
+        issue_k(n - 1);
+      }
+      cuda::cp_async_commit();
+
+      cuda::FragC s[kMTiles][kNTiles];
+      if constexpr (kTiles.q_in_registers) {
+        if (n == n_end - 1) load_q_fragments<kMTiles, kHeadDim, QTile>(q_frag, q_addr, warp_rows0, lane);
+        gemm_qk<T, kMTiles, kNTiles, kHeadDim, KVTile>(s, q_frag, buffer(k_addr0, n), lane);
+      } else {
+        gemm_qk<T, kMTiles, kNTiles, kHeadDim, QTile, KVTile>(s, q_addr, buffer(k_addr0, n), warp_rows0, lane);
+      }
+      // Tiles that every row sees whole skip the per-element mask.
+      const KeyRange full = band.keys_seen_by_all(i0, i1);
+      if (j0 < full.lo || j0 + kBlockN > full.hi) apply_band_mask(s, band, i0 + warp_rows0, j0, lane);
+      softmax.update(s, o, p.scale_log2);
+      cuda::FragA p_frag[kMTiles][kNTiles / 2];
+      pack_p<T>(p_frag, s);
+
+      cuda::cp_async_wait<kStages - 1>();
+      __syncthreads();  // V(n) is in; every warp is done with the buffer the next issue overwrites
+      if (n > n_begin) {
+        if constexpr (kStages == 1) issue_k(n - 1);
+        else issue_v(n - 1);
+      }
+      cuda::cp_async_commit();
+      gemm_pv<T, kMTiles, kNTiles / 2, kDTiles, KVTile>(o, p_frag, buffer(v_addr0, n), lane);
+    }
+    cuda::cp_async_wait<0>();  // only empty groups remain; the epilogue reuses the Q tile
+  }
+
+  float lse[kMTiles][2];
+  softmax.finalize(o, p.scale, lse);
+
+  const int rows_valid = i1 - i0 - warp_rows0;
+  T* out = static_cast<T*>(p.o) + (varlen ? 0 : b * p.o_batch_stride) +
+           (int64_t{seq.q_row0} + i0 + warp_rows0) * p.o_row_stride + h * p.o_head_stride;
+  store_output<T, kMTiles, kDTiles, kHeadDim, QTile>(o, smem, warp_rows0, out, p.o_row_stride, rows_valid,
+                                                     p.head_dim, lane);
+  if (p.maybe_lse != nullptr) {
+    float* lse_rows = p.maybe_lse + (varlen ? 0 : b * p.lse_batch_stride) + h * p.lse_head_stride +
+                      (int64_t{seq.q_row0} + i0 + warp_rows0);
+    store_lse(lse, lse_rows, rows_valid, lane);
+  }
+}
+
+}  // namespace flashattn::detail::sm80

@@ -1,0 +1,601 @@
+// GPU tests of the sm80 forward (run on a GPU machine only; built in CI). Each case draws fresh
+// random inputs (seed printed; FLASHATTN_TEST_SEED=N replays), poisons the outputs with NaN, runs
+// the kernel and compares with textbook attention in double precision computed here on the host.
+// Tolerance rule: our error <= 2x the error of standard attention computed in the same low
+// precision (S and P rounded to the storage type, fp32 softmax) + a small floor.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "core/problem.hpp"
+#include "cuda/cuda_backend.hpp"
+
+namespace {
+
+using flashattn::Alignment;
+using flashattn::DType;
+using flashattn::ForwardParams;
+using flashattn::StatusCode;
+namespace fd = flashattn::detail;
+
+constexpr double kFloor = 1e-3;
+constexpr double kLseTolerance = 2e-3;
+
+#define CUDA_OK(expr)                                                              \
+  do {                                                                             \
+    const cudaError_t e_ = (expr);                                                 \
+    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_);         \
+  } while (0)
+
+uint64_t fresh_seed(const std::string& what) {
+  uint64_t seed;
+  if (const char* env = std::getenv("FLASHATTN_TEST_SEED")) {
+    seed = std::strtoull(env, nullptr, 10);
+  } else {
+    seed = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+  }
+  std::printf("[seed] %s: FLASHATTN_TEST_SEED=%llu\n", what.c_str(), static_cast<unsigned long long>(seed));
+  std::fflush(stdout);
+  ::testing::Test::RecordProperty("seed", std::to_string(seed));
+  return seed;
+}
+
+struct Case {
+  DType dtype = DType::kBFloat16;
+  int64_t batch = 1, sq = 17, sk = 17, hq = 2, hkv = 2, d = 64;
+  bool causal = false;
+  Alignment alignment = Alignment::kBottomRight;
+  int64_t window_left = -1, window_right = -1;
+  std::vector<int32_t> varlen_q, varlen_k;  // non-empty: variable-length batch
+  bool strided = false;  // rows padded by 8 elements and heads interleaved: gaps must stay untouched
+  bool lse = true;
+  float scale = 0.0f;
+  bool huge_offsets = false;  // batch entries 2^31 + 1024 elements apart on the device
+
+  std::string name() const {
+    std::ostringstream s;
+    s << (dtype == DType::kBFloat16 ? "bf16" : "fp16");
+    if (varlen_q.empty()) {
+      s << "_b" << batch << "_q" << sq << "_k" << sk;
+    } else {
+      s << "_varlen" << varlen_q.size();
+    }
+    s << "_h" << hq << "x" << hkv << "_d" << d;
+    if (causal) s << (alignment == Alignment::kBottomRight ? "_causalBR" : "_causalTL");
+    const auto bound = [](int64_t w) { return w < 0 ? std::string("inf") : std::to_string(w); };
+    if (window_left >= 0 || window_right >= 0) s << "_win" << bound(window_left) << "_" << bound(window_right);
+    if (strided) s << "_strided";
+    if (!lse) s << "_nolse";
+    if (huge_offsets) s << "_huge_offsets";
+    return s.str();
+  }
+};
+
+uint16_t to_storage(float x, DType t) {
+  return t == DType::kBFloat16 ? fd::float_to_bf16(x) : fd::float_to_fp16(x);
+}
+float from_storage(uint16_t x, DType t) { return t == DType::kBFloat16 ? fd::bf16_to_float(x) : fd::fp16_to_float(x); }
+float round_to(float x, DType t) { return from_storage(to_storage(x, t), t); }
+
+// One [batch, rows, heads, dim] tensor (varlen: batch 1, rows = total) in host and device memory.
+// The host copy is compact per batch entry; on the device, entries may lie device_batch_stride
+// elements apart (above 2^31 to exercise 64-bit offsets), the gaps never copied.
+struct Buffer {
+  int64_t batch = 0, rows = 0, heads = 0, dim = 0;
+  int64_t batch_stride = 0, row_stride = 0, head_stride = 0;  // host layout
+  int64_t device_batch_stride = 0;
+  std::vector<uint16_t> host;
+  void* device = nullptr;
+  size_t device_elems = 0;
+
+  Buffer(int64_t b, int64_t r, int64_t h, int64_t dm, bool strided, int64_t min_batch_stride)
+      : batch(b), rows(r), heads(h), dim(dm) {
+    head_stride = strided ? 2 * dm : dm;               // a gap of dm after every head
+    row_stride = heads * head_stride + (strided ? 8 : 0);
+    batch_stride = rows * row_stride + (strided ? 8 : 0);
+    device_batch_stride = std::max(batch_stride, min_batch_stride);
+    host.assign(static_cast<size_t>(std::max<int64_t>(batch * batch_stride, 8)), 0xffff);  // NaN in both types
+    device_elems = static_cast<size_t>(std::max<int64_t>((batch - 1) * device_batch_stride + batch_stride, 8));
+    if (cudaMalloc(&device, device_elems * 2) != cudaSuccess) device = nullptr;
+  }
+  ~Buffer() { cudaFree(device); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  int64_t at(int64_t b, int64_t r, int64_t h, int64_t i) const { return b * batch_stride + r * row_stride + h * head_stride + i; }
+  uint16_t* device_entry(int64_t b) const { return static_cast<uint16_t*>(device) + b * device_batch_stride; }
+  void upload() const {
+    for (int64_t b = 0; b < batch; ++b)
+      ASSERT_EQ(cudaMemcpy(device_entry(b), host.data() + b * batch_stride, batch_stride * 2, cudaMemcpyHostToDevice),
+                cudaSuccess);
+  }
+  void download() {
+    for (int64_t b = 0; b < batch; ++b)
+      ASSERT_EQ(cudaMemcpy(host.data() + b * batch_stride, device_entry(b), batch_stride * 2, cudaMemcpyDeviceToHost),
+                cudaSuccess);
+  }
+  void poison() { ASSERT_EQ(cudaMemset(device, 0xff, device_elems * 2), cudaSuccess); }
+  flashattn::ConstTensor cview() const { return {device, device_batch_stride, row_stride, head_stride}; }
+  flashattn::Tensor view() const { return {device, device_batch_stride, row_stride, head_stride}; }
+};
+
+// The problem of one case: inputs on both sides, outputs on the device, params.
+struct Problem {
+  Case c;
+  Buffer q, k, v, o;
+  float* lse = nullptr;
+  int32_t *cu_q = nullptr, *cu_k = nullptr;
+  std::vector<int32_t> host_cu_q, host_cu_k;
+  int64_t lse_count = 0;
+
+  static int64_t total(const std::vector<int32_t>& lens) {
+    int64_t t = 0;
+    for (int32_t l : lens) t += l;
+    return t;
+  }
+  static int64_t longest(const std::vector<int32_t>& lens) {
+    int64_t m = 0;
+    for (int32_t l : lens) m = std::max<int64_t>(m, l);
+    return m;
+  }
+  bool varlen() const { return !c.varlen_q.empty(); }
+
+  static constexpr int64_t kHugeBatchStride = (int64_t{1} << 31) + 1024;
+
+  explicit Problem(const Case& cs)
+      : c(cs),
+        q(cs.varlen_q.empty() ? cs.batch : 1, cs.varlen_q.empty() ? cs.sq : total(cs.varlen_q), cs.hq, cs.d, cs.strided,
+          cs.huge_offsets ? kHugeBatchStride : 0),
+        k(cs.varlen_q.empty() ? cs.batch : 1, cs.varlen_q.empty() ? cs.sk : total(cs.varlen_k), cs.hkv, cs.d, cs.strided,
+          cs.huge_offsets ? kHugeBatchStride : 0),
+        v(cs.varlen_q.empty() ? cs.batch : 1, cs.varlen_q.empty() ? cs.sk : total(cs.varlen_k), cs.hkv, cs.d, cs.strided,
+          cs.huge_offsets ? kHugeBatchStride : 0),
+        o(cs.varlen_q.empty() ? cs.batch : 1, cs.varlen_q.empty() ? cs.sq : total(cs.varlen_q), cs.hq, cs.d, cs.strided,
+          cs.huge_offsets ? kHugeBatchStride : 0) {
+    if (varlen()) {
+      c.batch = static_cast<int64_t>(c.varlen_q.size());
+      c.sq = longest(c.varlen_q);
+      c.sk = longest(c.varlen_k);
+      host_cu_q.push_back(0);
+      host_cu_k.push_back(0);
+      for (size_t b = 0; b < c.varlen_q.size(); ++b) {
+        host_cu_q.push_back(host_cu_q.back() + c.varlen_q[b]);
+        host_cu_k.push_back(host_cu_k.back() + c.varlen_k[b]);
+      }
+      cudaMalloc(&cu_q, host_cu_q.size() * 4);
+      cudaMalloc(&cu_k, host_cu_k.size() * 4);
+      cudaMemcpy(cu_q, host_cu_q.data(), host_cu_q.size() * 4, cudaMemcpyHostToDevice);
+      cudaMemcpy(cu_k, host_cu_k.data(), host_cu_k.size() * 4, cudaMemcpyHostToDevice);
+      lse_count = c.hq * total(c.varlen_q);
+    } else {
+      lse_count = c.batch * c.hq * c.sq;
+    }
+    if (c.lse) cudaMalloc(&lse, static_cast<size_t>(std::max<int64_t>(lse_count, 1)) * 4);
+  }
+  ~Problem() {
+    cudaFree(lse);
+    cudaFree(cu_q);
+    cudaFree(cu_k);
+  }
+
+  void fill(uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (Buffer* b : {&q, &k, &v})
+      for (int64_t bb = 0; bb < b->batch; ++bb)
+        for (int64_t r = 0; r < b->rows; ++r)
+          for (int64_t h = 0; h < b->heads; ++h)
+            for (int64_t i = 0; i < b->dim; ++i) b->host[b->at(bb, r, h, i)] = to_storage(normal(rng), c.dtype);
+    q.upload();
+    k.upload();
+    v.upload();
+  }
+
+  void poison() {
+    o.poison();
+    if (lse) {
+      ASSERT_EQ(cudaMemset(lse, 0xff, std::max<int64_t>(lse_count, 1) * 4), cudaSuccess);  // NaN
+    }
+  }
+
+  // The kernel's params (device pointers). host_side: cu_seqlens point at the host copies, for
+  // the reference and problem.hpp's helpers, which read them on the host.
+  ForwardParams params(bool host_side = false) const {
+    ForwardParams p;
+    p.dtype = c.dtype;
+    p.batch = c.batch;
+    p.seqlen_q = c.sq;
+    p.seqlen_k = c.sk;
+    p.heads_q = c.hq;
+    p.heads_kv = c.hkv;
+    p.head_dim = c.d;
+    p.head_dim_v = c.d;
+    p.q = q.cview();
+    p.k = k.cview();
+    p.v = v.cview();
+    p.o = o.view();
+    p.maybe_cu_seqlens_q = !varlen() ? nullptr : host_side ? host_cu_q.data() : cu_q;
+    p.maybe_cu_seqlens_k = !varlen() ? nullptr : host_side ? host_cu_k.data() : cu_k;
+    p.softmax_scale = c.scale;
+    p.causal = c.causal;
+    p.alignment = c.alignment;
+    p.window_left = c.window_left;
+    p.window_right = c.window_right;
+    p.maybe_lse = lse;
+    if (varlen()) {
+      p.lse_head_stride = total(c.varlen_q);
+    } else {
+      p.lse_batch_stride = c.hq * c.sq;
+      p.lse_head_stride = c.sq;
+    }
+    return p;
+  }
+};
+
+// Textbook attention per (sequence, head, row): exact in double, and in the storage precision
+// (S = q·k rounded, fp32 softmax of scale·S, P rounded, O = P·V in fp32 rounded). Visibility from
+// problem.hpp's visible_keys, the definition the kernel mirrors.
+struct Reference {
+  std::vector<double> o_exact;   // indexed like the o buffer's host vector
+  std::vector<float> o_lowp;
+  std::vector<double> lse;       // indexed like the kernel's lse
+  std::vector<uint8_t> empty_row;  // per (lse index): no visible key
+};
+
+Reference reference(const Problem& pb, const ForwardParams& p) {
+  const Case& c = pb.c;
+  Reference ref;
+  ref.o_exact.assign(pb.o.host.size(), 0.0);
+  ref.o_lowp.assign(pb.o.host.size(), 0.0f);
+  ref.lse.assign(static_cast<size_t>(pb.lse_count), 0.0);
+  ref.empty_row.assign(static_cast<size_t>(pb.lse_count), 0);
+  const fd::Dims dims = fd::resolve_dims(p);
+  struct Row { int64_t b, h, i; };
+  std::vector<Row> rows;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    const fd::Seq s = fd::sequence(p, b);
+    for (int64_t h = 0; h < c.hq; ++h)
+      for (int64_t i = 0; i < s.sq; ++i) rows.push_back({b, h, i});
+  }
+  const auto load = [&](const Buffer& buf, int64_t off) { return static_cast<double>(from_storage(buf.host[off], c.dtype)); };
+  const auto work = [&](size_t begin, size_t end) {
+    std::vector<double> s_exact, acc(c.d);
+    std::vector<float> s_lowp, acc_lowp(c.d);
+    for (size_t r = begin; r < end; ++r) {
+      const auto [b, h, i] = rows[r];
+      const fd::Seq s = fd::sequence(p, b);
+      const int64_t hk = h / dims.group;
+      const fd::KeyRange keys = fd::visible_keys(p, s, i);
+      const int64_t qo = pb.varlen() ? pb.q.at(0, s.q_row0 + i, h, 0) : pb.q.at(b, i, h, 0);
+      const int64_t oo = pb.varlen() ? pb.o.at(0, s.q_row0 + i, h, 0) : pb.o.at(b, i, h, 0);
+      const int64_t li = fd::lse_offset(p, p.lse_batch_stride, p.lse_head_stride, s, i, h);
+      if (keys.empty()) {
+        ref.lse[li] = -INFINITY;
+        ref.empty_row[li] = 1;
+        continue;  // o stays 0
+      }
+      const int64_t n = keys.hi - keys.lo;
+      s_exact.assign(n, 0.0);
+      s_lowp.assign(n, 0.0f);
+      double m = -INFINITY;
+      float m_lowp = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t ko = pb.varlen() ? pb.k.at(0, s.k_row0 + keys.lo + j, hk, 0) : pb.k.at(b, keys.lo + j, hk, 0);
+        double dot = 0.0;
+        float dot_f = 0.0f;
+        for (int64_t x = 0; x < c.d; ++x) {
+          const double prod = load(pb.q, qo + x) * load(pb.k, ko + x);
+          dot += prod;
+          dot_f += static_cast<float>(prod);
+        }
+        s_exact[j] = dot * dims.scale;
+        s_lowp[j] = round_to(dot_f, c.dtype) * dims.scale;
+        m = std::max(m, s_exact[j]);
+        m_lowp = std::max(m_lowp, s_lowp[j]);
+      }
+      double l = 0.0;
+      float l_lowp = 0.0f;
+      for (int64_t j = 0; j < n; ++j) {
+        s_exact[j] = std::exp(s_exact[j] - m);
+        l += s_exact[j];
+        s_lowp[j] = std::exp(s_lowp[j] - m_lowp);
+        l_lowp += s_lowp[j];
+      }
+      std::fill(acc.begin(), acc.end(), 0.0);
+      std::fill(acc_lowp.begin(), acc_lowp.end(), 0.0f);
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t vo = pb.varlen() ? pb.v.at(0, s.k_row0 + keys.lo + j, hk, 0) : pb.v.at(b, keys.lo + j, hk, 0);
+        const double pj = s_exact[j] / l;
+        const float pj_lowp = round_to(s_lowp[j] / l_lowp, c.dtype);
+        for (int64_t x = 0; x < c.d; ++x) {
+          const double vx = load(pb.v, vo + x);
+          acc[x] += pj * vx;
+          acc_lowp[x] += pj_lowp * static_cast<float>(vx);
+        }
+      }
+      for (int64_t x = 0; x < c.d; ++x) {
+        ref.o_exact[oo + x] = acc[x];
+        ref.o_lowp[oo + x] = round_to(acc_lowp[x], c.dtype);
+      }
+      ref.lse[li] = m + std::log(l);
+    }
+  };
+  const size_t threads = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> pool;
+  for (size_t t = 0; t < threads; ++t)
+    pool.emplace_back(work, rows.size() * t / threads, rows.size() * (t + 1) / threads);
+  for (auto& th : pool) th.join();
+  return ref;
+}
+
+// Runs the kernel on a poisoned output; returns o (host copy) and lse.
+void run(Problem& pb, std::vector<float>* lse_out) {
+  pb.poison();
+  const ForwardParams p = pb.params();
+  // Through the public selection point: kAuto must pick the GPU path for device pointers.
+  const flashattn::Launch launch;
+  size_t workspace = 1;
+  ASSERT_TRUE(flashattn::forward_workspace_size(p, launch, &workspace).ok());
+  ASSERT_EQ(workspace, 0u);
+  const flashattn::Status st = flashattn::forward(p, launch);
+  ASSERT_TRUE(st.ok()) << st.message;
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  pb.o.download();
+  if (pb.lse != nullptr) {
+    lse_out->resize(pb.lse_count);
+    CUDA_OK(cudaMemcpy(lse_out->data(), pb.lse, pb.lse_count * 4, cudaMemcpyDeviceToHost));
+  }
+}
+
+void check_case(const Case& cs) {
+  Problem pb(cs);
+  for (const Buffer* buf : {&pb.q, &pb.k, &pb.v, &pb.o}) ASSERT_NE(buf->device, nullptr) << "cudaMalloc failed";
+  pb.fill(fresh_seed(cs.name()));
+  std::vector<float> lse;
+  run(pb, &lse);
+  if (::testing::Test::HasFatalFailure()) return;
+  const ForwardParams p = pb.params(/*host_side=*/true);
+  const Reference ref = reference(pb, p);
+
+  // Every valid element: written, within the rule. Padding and gaps: still the poison.
+  std::vector<uint8_t> valid(pb.o.host.size(), 0);
+  for (int64_t b = 0; b < pb.c.batch; ++b) {
+    const fd::Seq s = fd::sequence(p, b);
+    for (int64_t i = 0; i < s.sq; ++i)
+      for (int64_t h = 0; h < pb.c.hq; ++h)
+        for (int64_t x = 0; x < pb.c.d; ++x)
+          valid[pb.varlen() ? pb.o.at(0, s.q_row0 + i, h, x) : pb.o.at(b, i, h, x)] = 1;
+  }
+  double err = 0.0, err_lowp = 0.0;
+  int64_t unwritten = 0, clobbered = 0;
+  for (size_t e = 0; e < valid.size(); ++e) {
+    if (!valid[e]) {
+      clobbered += pb.o.host[e] != 0xffff;
+      continue;
+    }
+    const float got = from_storage(pb.o.host[e], pb.c.dtype);
+    if (std::isnan(got)) {
+      ++unwritten;
+      continue;
+    }
+    err = std::max(err, std::abs(got - ref.o_exact[e]));
+    err_lowp = std::max(err_lowp, std::abs(ref.o_lowp[e] - ref.o_exact[e]));
+  }
+  EXPECT_EQ(unwritten, 0) << "output elements left NaN (unwritten or NaN)";
+  EXPECT_EQ(clobbered, 0) << "elements outside the output's rows/heads/dims were written";
+  EXPECT_LE(err, 2.0 * err_lowp + kFloor) << "max |o - o_ref| = " << err << ", low-precision standard: " << err_lowp;
+  std::printf("  %s: max err %.3g (low-precision standard %.3g)\n", cs.name().c_str(), err, err_lowp);
+  std::fflush(stdout);
+
+  if (pb.lse != nullptr) {
+    double lse_err = 0.0;
+    int64_t bad_empty = 0;
+    for (int64_t li = 0; li < pb.lse_count; ++li) {
+      if (ref.empty_row[li]) {
+        bad_empty += !(std::isinf(lse[li]) && lse[li] < 0);
+        continue;
+      }
+      const double e = std::abs(lse[li] - ref.lse[li]) / std::max(1.0, std::abs(ref.lse[li]));
+      lse_err = std::isnan(e) ? INFINITY : std::max(lse_err, e);
+    }
+    EXPECT_EQ(bad_empty, 0) << "rows with no visible key must get lse = -inf";
+    EXPECT_LE(lse_err, kLseTolerance) << "lse relative error";
+  }
+  // Rows with no visible key: O = 0 exactly.
+  int64_t nonzero_empty = 0;
+  for (int64_t b = 0; b < pb.c.batch; ++b) {
+    const fd::Seq s = fd::sequence(p, b);
+    for (int64_t i = 0; i < s.sq; ++i)
+      if (fd::visible_keys(p, s, i).empty())
+        for (int64_t h = 0; h < pb.c.hq; ++h)
+          for (int64_t x = 0; x < pb.c.d; ++x)
+            nonzero_empty += from_storage(pb.o.host[pb.varlen() ? pb.o.at(0, s.q_row0 + i, h, x) : pb.o.at(b, i, h, x)],
+                                          pb.c.dtype) != 0.0f;
+  }
+  EXPECT_EQ(nonzero_empty, 0) << "rows with no visible key must get O = 0";
+}
+
+class Sm80ForwardSmall : public ::testing::TestWithParam<Case> {};
+class Sm80ForwardLarge : public ::testing::TestWithParam<Case> {};
+TEST_P(Sm80ForwardSmall, MatchesReference) { check_case(GetParam()); }
+TEST_P(Sm80ForwardLarge, MatchesReference) { check_case(GetParam()); }
+
+Case make(DType t, int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hkv, int64_t d) {
+  Case c;
+  c.dtype = t;
+  c.batch = b, c.sq = sq, c.sk = sk, c.hq = hq, c.hkv = hkv, c.d = d;
+  return c;
+}
+Case causal(Case c, Alignment a = Alignment::kBottomRight) {
+  c.causal = true;
+  c.alignment = a;
+  return c;
+}
+Case window(Case c, int64_t left, int64_t right) {
+  c.window_left = left;
+  c.window_right = right;
+  return c;
+}
+
+std::vector<Case> small_cases() {
+  std::vector<Case> cases;
+  constexpr DType kBf16 = DType::kBFloat16, kFp16 = DType::kFloat16;
+  // Sizes that are not tile multiples, both dtypes, the two bar head dims.
+  for (DType t : {kBf16, kFp16})
+    for (int64_t d : {64, 128})
+      for (int64_t n : {1, 17, 113, 203}) {
+        cases.push_back(make(t, 2, n, n, 2, 2, d));
+        cases.push_back(causal(make(t, 2, n, n, 2, 2, d)));
+      }
+  // Sq != Sk both ways, both causal alignments (rows with no visible key under bottom-right).
+  for (Alignment a : {Alignment::kBottomRight, Alignment::kTopLeft})
+    for (auto [sq, sk] : {std::pair<int64_t, int64_t>{113, 203}, {203, 113}, {1, 203}, {203, 1}, {17, 300}}) {
+      cases.push_back(causal(make(kBf16, 2, sq, sk, 2, 2, 128), a));
+      cases.push_back(causal(make(kFp16, 1, sq, sk, 2, 2, 64), a));
+    }
+  cases.push_back(make(kBf16, 1, 113, 203, 2, 2, 128));
+  cases.push_back(make(kBf16, 1, 203, 113, 2, 2, 64));
+  // GQA / MQA.
+  cases.push_back(causal(make(kBf16, 2, 113, 203, 6, 2, 128)));
+  cases.push_back(make(kFp16, 1, 203, 203, 4, 1, 64));
+  // Sliding windows, with and without causal.
+  cases.push_back(window(make(kBf16, 1, 203, 203, 2, 2, 128), 37, 5));
+  cases.push_back(window(make(kBf16, 1, 300, 203, 2, 2, 64), 70, -1));
+  cases.push_back(window(causal(make(kFp16, 1, 203, 300, 2, 2, 128), Alignment::kTopLeft), 100, -1));
+  cases.push_back(window(make(kBf16, 1, 203, 113, 2, 2, 64), -1, 3));
+  // Every instantiation, and head dims served by the next one up (zero-padded columns).
+  for (int64_t d : {8, 40, 64, 72, 96, 112, 128, 136, 192, 200, 256}) {
+    cases.push_back(causal(make(kBf16, 1, 203, 113, 2, 1, d)));
+    cases.push_back(make(kFp16, 1, 113, 203, 2, 2, d));
+  }
+  // Variable-length batches, empty sequences included.
+  {
+    Case c = causal(make(kBf16, 0, 0, 0, 4, 2, 128));
+    c.varlen_q = {17, 0, 203, 1, 64};
+    c.varlen_k = {17, 5, 113, 0, 300};
+    cases.push_back(c);
+    c.causal = false;
+    c.dtype = kFp16;
+    c.d = 64;
+    cases.push_back(c);
+  }
+  // Strided layouts (gaps must stay untouched), no lse, explicit scale.
+  {
+    Case c = causal(make(kBf16, 2, 113, 203, 4, 2, 128));
+    c.strided = true;
+    cases.push_back(c);
+    c.lse = false;
+    c.scale = 0.3f;
+    c.d = 64;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+std::vector<Case> large_cases() {
+  std::vector<Case> cases;
+  cases.push_back(causal(make(DType::kBFloat16, 1, 1023, 1023, 2, 2, 128)));
+  cases.push_back(make(DType::kFloat16, 1, 1023, 4097, 2, 1, 64));
+  cases.push_back(causal(make(DType::kBFloat16, 1, 4097, 4097, 1, 1, 128)));
+  cases.push_back(causal(make(DType::kBFloat16, 1, 4097, 1023, 2, 2, 256), Alignment::kTopLeft));
+  cases.push_back(window(make(DType::kFloat16, 1, 4097, 4097, 1, 1, 96), 1000, 0));
+  // Offsets above 2^31 elements (17 GB of device memory).
+  Case huge = causal(make(DType::kBFloat16, 2, 203, 300, 2, 1, 128));
+  huge.huge_offsets = true;
+  cases.push_back(huge);
+  return cases;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) { return info.param.name(); }
+
+INSTANTIATE_TEST_SUITE_P(Cases, Sm80ForwardSmall, ::testing::ValuesIn(small_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, Sm80ForwardLarge, ::testing::ValuesIn(large_cases()), case_name);
+
+// Two runs on the same inputs give the same bits.
+TEST(Sm80ForwardSmallRepeat, Deterministic) {
+  Case c = causal(make(DType::kBFloat16, 2, 203, 300, 4, 2, 128));
+  Problem pb(c);
+  pb.fill(fresh_seed(c.name()));
+  std::vector<float> lse1, lse2;
+  run(pb, &lse1);
+  const std::vector<uint16_t> first = pb.o.host;
+  run(pb, &lse2);
+  EXPECT_EQ(first, pb.o.host);
+  EXPECT_EQ(0, std::memcmp(lse1.data(), lse2.data(), lse1.size() * 4));
+}
+
+// What the backend does not take is refused by name, before anything runs.
+TEST(Sm80ForwardSmallSupport, RefusesWhatItDoesNotImplement) {
+  Case c = make(DType::kBFloat16, 1, 17, 17, 2, 2, 64);
+  Problem pb(c);
+  const ForwardParams good = pb.params();
+  ASSERT_TRUE(fd::cuda_sm80_forward_supported(good).ok());
+  const auto refused = [](const ForwardParams& p, const char* word) {
+    const flashattn::Status st = fd::cuda_sm80_forward_supported(p);
+    EXPECT_EQ(st.code, StatusCode::kNotSupported) << word;
+    EXPECT_NE(st.message.find(word), std::string::npos) << st.message;
+  };
+  ForwardParams p = good;
+  p.dtype = DType::kFloat32;
+  refused(p, "dtype");
+  p = good, p.head_dim = 264, p.head_dim_v = 264;
+  refused(p, "head_dim");
+  p = good, p.head_dim_v = 32;
+  refused(p, "head_dim_v");
+  p = good, p.softcap = 30.0f;
+  refused(p, "softcap");
+  const float slopes[2] = {0.5f, 0.25f};
+  p = good, p.maybe_alibi_slopes = slopes;
+  refused(p, "ALiBi");
+  std::vector<uint16_t> host(17 * 2 * 64);
+  p = good, p.q.data = host.data();
+  refused(p, "q is not device memory");
+  p = good, p.k.data = static_cast<const char*>(good.k.data) + 2;
+  refused(p, "k: data and strides must be 16-byte aligned");
+  p = good, p.v.row_stride = good.v.row_stride + 1;
+  refused(p, "v: data and strides");
+}
+
+// The public API routes to this backend and refuses, writing nothing, what it cannot run.
+TEST(Sm80ForwardSmallSupport, PublicApiSelection) {
+  Case c = make(DType::kBFloat16, 1, 17, 17, 2, 2, 64);
+  Problem pb(c);
+  pb.fill(fresh_seed(c.name()));
+  pb.poison();
+  flashattn::Launch gpu;
+  gpu.backend = flashattn::Backend::kCudaSm80;
+  ForwardParams p = pb.params();
+  p.softcap = 30.0f;
+  flashattn::Status st = flashattn::forward(p, gpu);
+  EXPECT_EQ(st.code, StatusCode::kNotSupported);
+  EXPECT_NE(st.message.find("softcap"), std::string::npos) << st.message;
+  std::vector<uint16_t> host_q(17 * 2 * 64);
+  p = pb.params();
+  p.q.data = host_q.data();
+  st = flashattn::forward(p, gpu);
+  EXPECT_EQ(st.code, StatusCode::kNotSupported);
+  EXPECT_NE(st.message.find("q is not device memory"), std::string::npos) << st.message;
+  CUDA_OK(cudaDeviceSynchronize());
+  pb.o.download();
+  for (uint16_t x : pb.o.host) ASSERT_EQ(x, 0xffff) << "a refused call wrote the output";
+  flashattn::BackwardParams bp;
+  static_cast<flashattn::AttentionParams&>(bp) = pb.params();
+  st = flashattn::backward(bp, gpu);
+  EXPECT_EQ(st.code, StatusCode::kNotSupported);
+  EXPECT_NE(st.message.find("backward"), std::string::npos) << st.message;
+}
+
+}  // namespace

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Forward speed of flashattn's sm80 kernel beside PyTorch SDPA's backends, in one process, on the
+same inputs, timed the same way (CUDA events around each call, median after warm-up).
+
+Grid of issue 3's bar: bf16, 16k total tokens, hidden 2048 (batch = 16384 / n, heads = 2048 / d),
+n in 2k / 8k / 16k, d in 64 / 128 / 256, causal and not. FLOPs as the FlashAttention papers count
+them: 4 * batch * heads * n * n * d, halved under causal masking. Each input set (q, k, v, o) is
+256 MB, several times the 60 MB L2, so repeated calls do not run from the cache.
+
+    python3 tools/gpu/bench_sdpa.py --lib build/gpu/libflashattn_shim.so [--json out.json]
+"""
+import argparse
+import ctypes
+import json
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+DTYPES = {torch.float16: 1, torch.bfloat16: 2}
+
+
+class Ours:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        f = self.lib.flashattn_shim_forward
+        i64 = ctypes.c_int64
+        f.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] + [i64] * 6 + [ctypes.c_int, ctypes.c_int,
+                                                                              ctypes.c_void_p, ctypes.c_char_p,
+                                                                              ctypes.c_int]
+        f.restype = ctypes.c_int
+        self.msg = ctypes.create_string_buffer(512)
+
+    def __call__(self, q, k, v, o, lse, causal, top_left=False):
+        b, sq, hq, d = q.shape
+        sk, hkv = k.shape[1], k.shape[2]
+        rc = self.lib.flashattn_shim_forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+                                             lse.data_ptr() if lse is not None else None, DTYPES[q.dtype], b, sq,
+                                             sk, hq, hkv, d, int(causal), int(top_left), None, self.msg, 512)
+        if rc != 0:
+            raise RuntimeError(self.msg.value.decode())
+
+
+def time_ms(fn, warmup=3, reps=10):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--json")
+    ap.add_argument("--dims", default="64,128,256")
+    ap.add_argument("--seqlens", default="2048,8192,16384")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    ap.add_argument("--backends", default="flash,cudnn,efficient,math")
+    ap.add_argument("--math-max-n", type=int, default=2048, help="math backend only up to this n (memory, time)")
+    args = ap.parse_args()
+
+    ours = Ours(args.lib)
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    backends = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+                "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
+    names = [b for b in args.backends.split(",") if b]
+    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  dtype {args.dtype}", flush=True)
+    rows = []
+    for d in [int(x) for x in args.dims.split(",")]:
+        for n in [int(x) for x in args.seqlens.split(",")]:
+            for causal in (False, True):
+                b, h = 16384 // n, 2048 // d
+                torch.manual_seed(0)
+                q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=dtype) for _ in range(3))
+                o = torch.empty_like(q)
+                lse = torch.empty(b, h, n, device="cuda", dtype=torch.float32)
+                flops = 4 * b * h * n * n * d * (0.5 if causal else 1.0)
+                row = {"d": d, "n": n, "batch": b, "heads": h, "causal": causal}
+                o.fill_(float("nan"))
+                ours(q, k, v, o, lse, causal)
+                torch.cuda.synchronize()
+                ms = time_ms(lambda: ours(q, k, v, o, lse, causal))
+                row["ours_ms"], row["ours_tflops"] = ms, flops / ms / 1e9
+                # SDPA takes [b, h, n, d]: views of the same [b, n, h, d] storage. Its causal is top-left,
+                # the same as ours for n_q == n_k.
+                qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+                for name in names:
+                    if name == "math" and n > args.math_max_n:
+                        continue
+                    try:
+                        with sdpa_kernel(backends[name]):
+                            fn = lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+                            ref = fn()
+                            torch.cuda.synchronize()
+                            ms = time_ms(fn, warmup=2, reps=5 if name == "math" else 10)
+                        row[f"{name}_ms"], row[f"{name}_tflops"] = ms, flops / ms / 1e9
+                        if name == "flash":
+                            row["max_abs_diff_vs_flash"] = (o.transpose(1, 2).float() - ref.float()).abs().max().item()
+                        del ref
+                    except Exception as e:  # a backend that does not take the shape is reported, not fatal
+                        row[f"{name}_error"] = str(e).splitlines()[0][:120]
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                del q, k, v, o, lse, qt, kt, vt
+                torch.cuda.empty_cache()
+
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    # The short table, last.
+    print()
+    header = f"{'d':>4} {'n':>6} {'causal':>6} {'ours':>7}" + "".join(f" {x:>9}" for x in names) + \
+        f" {'ours/flash':>10} {'maxdiff':>8}"
+    print("forward TFLOP/s, " + args.dtype + ", 16k tokens, hidden 2048")
+    print(header)
+    for r in rows:
+        cells = "".join(f" {r[x + '_tflops']:9.1f}" if x + "_tflops" in r else f" {'-':>9}" for x in names)
+        ratio = r["ours_tflops"] / r["flash_tflops"] if "flash_tflops" in r else float("nan")
+        print(f"{r['d']:>4} {r['n']:>6} {str(r['causal']):>6} {r['ours_tflops']:7.1f}{cells} {ratio:10.2f} "
+              f"{r.get('max_abs_diff_vs_flash', float('nan')):8.1e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
