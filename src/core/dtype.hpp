@@ -2,12 +2,14 @@
 // CPU kernels; these are the exact (round-to-nearest-even) definitions they must match.
 #pragma once
 
+#include "core/isa_namespace.hpp"
+
 #include <cstdint>
 #include <cstring>
 
 #include "flashattn/flashattn.hpp"
 
-namespace flashattn::detail {
+namespace flashattn::detail::FLASHATTN_ISA_NS {
 
 inline size_t dtype_size(DType t) { return t == DType::kFloat32 ? 4 : 2; }
 

@@ -4,6 +4,8 @@
 // they cannot disagree on semantics. Validation (validate.hpp) has run before any of this.
 #pragma once
 
+#include "core/isa_namespace.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,7 +14,7 @@
 #include "core/dtype.hpp"
 #include "flashattn/flashattn.hpp"
 
-namespace flashattn::detail {
+namespace flashattn::detail::FLASHATTN_ISA_NS {
 
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 inline constexpr float kLog2e = 1.4426950408889634f;

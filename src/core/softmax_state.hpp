@@ -7,10 +7,12 @@
 // A row that has seen no visible key has m = -inf and l = 0; finalize() gives o = 0, lse = -inf.
 #pragma once
 
+#include "core/isa_namespace.hpp"
+
 #include <cmath>
 #include <limits>
 
-namespace flashattn::detail {
+namespace flashattn::detail::FLASHATTN_ISA_NS {
 
 template <class F>
 struct SoftmaxState {

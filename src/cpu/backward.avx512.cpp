@@ -62,10 +62,68 @@ struct Avx512 {
   }
 };
 
+// C[MR, NV·16] = Σ_k A pairs · B pairs with vdpbf16ps (two bf16 products per fp32 lane).
+template <int MR, int NV, bool Tail>
+void gemm_bf16_micro(int64_t K, const uint32_t* A, int64_t a_ms, const uint32_t* B, int64_t ldb, float* C,
+                     int64_t ldc, __mmask16 tail) {
+  __m512 c[MR][NV];
+  for (int m = 0; m < MR; ++m)
+    for (int v = 0; v < NV; ++v) c[m][v] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    __m512bh b[NV];
+    for (int v = 0; v < NV; ++v) {
+      const uint32_t* bp = B + k * ldb + v * 16;
+      b[v] = (__m512bh)((Tail && v == NV - 1) ? _mm512_maskz_loadu_epi32(tail, bp) : _mm512_loadu_si512(bp));
+    }
+    for (int m = 0; m < MR; ++m) {
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(A[m * a_ms + k]));
+      for (int v = 0; v < NV; ++v) c[m][v] = _mm512_dpbf16_ps(c[m][v], a, b[v]);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int v = 0; v < NV; ++v) {
+      float* cp = C + m * ldc + v * 16;
+      if (Tail && v == NV - 1) _mm512_mask_storeu_ps(cp, tail, c[m][v]);
+      else _mm512_storeu_ps(cp, c[m][v]);
+    }
+}
+
+using Bf16MicroFn = void (*)(int64_t, const uint32_t*, int64_t, const uint32_t*, int64_t, float*, int64_t, __mmask16);
+
+template <size_t... I>
+constexpr std::array<Bf16MicroFn, sizeof...(I)> bf16_micro_table(std::index_sequence<I...>) {
+  return {&gemm_bf16_micro<static_cast<int>(I / (Avx512::NV * 2)) + 1, static_cast<int>(I / 2 % Avx512::NV) + 1,
+                           (I % 2) == 1>...};
+}
+
+void gemm_bf16(int64_t M, int64_t N, int64_t K, const uint32_t* A, int64_t a_ms, const uint32_t* B, int64_t ldb,
+               float* C, int64_t ldc) {
+  constexpr int W = Avx512::W, MR = Avx512::MR, NV = Avx512::NV;
+  static constexpr auto table = bf16_micro_table(std::make_index_sequence<MR * NV * 2>{});
+  for (int64_t n0 = 0; n0 < N; n0 += NV * W) {
+    const int64_t nn = std::min<int64_t>(NV * W, N - n0);
+    const int64_t nv = (nn + W - 1) / W, tail = nn - (nv - 1) * W;
+    for (int64_t m0 = 0; m0 < M; m0 += MR) {
+      const int64_t mm = std::min<int64_t>(MR, M - m0);
+      table[(mm - 1) * NV * 2 + (nv - 1) * 2 + (tail != W ? 1 : 0)](K, A + m0 * a_ms, a_ms, B + n0, ldb,
+                                                                    C + m0 * ldc + n0, ldc, Avx512::mask(static_cast<int>(tail)));
+    }
+  }
+}
+
 }  // namespace
 
 const BackwardKernels& backward_kernels_avx512() {
   static const BackwardKernels k = make_backward_kernels<Avx512>("avx512");
+  return k;
+}
+
+const BackwardKernels& backward_kernels_avx512_bf16() {
+  static const BackwardKernels k = [] {
+    BackwardKernels t = make_backward_kernels<Avx512>("avx512-bf16");
+    t.gemm_bf16 = &gemm_bf16;
+    return t;
+  }();
   return k;
 }
 

@@ -14,6 +14,8 @@
 //
 // Passes: (1) D per row, and fp32 copies of q and dO when they are fp16/bf16; (2) the tile loop
 // above over (batch, kv head, split); (3) dQ = Σ splits, rounded to the storage dtype.
+// With bf16 inputs on CPUs with AVX512-BF16, S and dP take bf16 dot products straight from q, k,
+// v and dO (exact products); P and dS stay fp32, so the other three products run in fp32.
 #include <algorithm>
 #include <cstring>
 
@@ -195,29 +197,82 @@ struct Tiles {
   float* lse2;  // LSE · log2(e) per row, +inf for rows that see no key [Br]
 };
 
+// bf16 inputs whose rows are whole 32-bit pairs (even head dims, even element strides, 4-byte
+// aligned data) take S = Q Kᵀ and dP = dO Vᵀ through the bf16 dot-product kernel, reading q and
+// dO in place: exact products, half the instructions.
+bool use_bf16_dots(const BackwardKernels& kern, const BackwardParams& p, const Dims& dm) {
+  if (p.dtype != DType::kBFloat16 || kern.gemm_bf16 == nullptr || dm.head_dim % 2 != 0 || dm.head_dim_v % 2 != 0)
+    return false;
+  for (const ConstTensor* t : {&p.q, &p.k, &p.v, &p.d_o})
+    if (reinterpret_cast<uintptr_t>(t->data) % 4 != 0 || t->batch_stride % 2 != 0 || t->row_stride % 2 != 0 ||
+        t->head_stride % 2 != 0)
+      return false;
+  return true;
+}
+
+// The 32-bit word holding elements (2c, 2c + 1) of a bf16 row.
+uint32_t bf16_pair(const uint16_t* row, int64_t c) {
+  uint32_t w;
+  std::memcpy(&w, row + 2 * c, sizeof w);
+  return w;
+}
+
 // K_j as rows and transposed, V_j transposed (staged through the dV accumulator), dK_j = dV_j = 0.
+// With bf16 dot products the transposes hold bf16 pairs: kt[c][j] = K[j][2c, 2c + 1] as a word.
 void load_key_block(const BackwardKernels& kern, const BackwardParams& p, const Dims& dm, const Seq& s, int64_t kvh,
-                    int64_t j0, int64_t keys, const Tiles& t) {
+                    int64_t j0, int64_t keys, bool bf16_dots, const Tiles& t) {
   const int64_t d = dm.head_dim, dv = dm.head_dim_v;
   load_rows_f32(kern, p.k.data, p.dtype, keys, d, [&](int64_t j) { return k_offset(p, p.k, s, j0 + j, kvh); }, t.kp, d);
-  load_rows_f32(kern, p.v.data, p.dtype, keys, dv, [&](int64_t j) { return k_offset(p, p.v, s, j0 + j, kvh); }, t.dv, dv);
-  for (int64_t j = 0; j < keys; ++j) {
-    for (int64_t c = 0; c < d; ++c) t.kt[c * kBc + j] = t.kp[j * d + c];
-    for (int64_t c = 0; c < dv; ++c) t.vt[c * kBc + j] = t.dv[j * dv + c];
+  if (bf16_dots) {
+    auto* kt = reinterpret_cast<uint32_t*>(t.kt);
+    auto* vt = reinterpret_cast<uint32_t*>(t.vt);
+    for (int64_t j = 0; j < keys; ++j) {
+      const auto* k = static_cast<const uint16_t*>(p.k.data) + k_offset(p, p.k, s, j0 + j, kvh);
+      const auto* v = static_cast<const uint16_t*>(p.v.data) + k_offset(p, p.v, s, j0 + j, kvh);
+      for (int64_t c = 0; c < d / 2; ++c) kt[c * kBc + j] = bf16_pair(k, c);
+      for (int64_t c = 0; c < dv / 2; ++c) vt[c * kBc + j] = bf16_pair(v, c);
+    }
+  } else {
+    load_rows_f32(kern, p.v.data, p.dtype, keys, dv, [&](int64_t j) { return k_offset(p, p.v, s, j0 + j, kvh); }, t.dv, dv);
+    for (int64_t j = 0; j < keys; ++j) {
+      for (int64_t c = 0; c < d; ++c) t.kt[c * kBc + j] = t.kp[j * d + c];
+      for (int64_t c = 0; c < dv; ++c) t.vt[c * kBc + j] = t.dv[j * dv + c];
+    }
   }
   std::memset(t.dk, 0, static_cast<size_t>(keys * d) * sizeof(float));
   std::memset(t.dv, 0, static_cast<size_t>(keys * dv) * sizeof(float));
 }
 
+// Query block operands: fp32 rows (row strides ldq, lddo), and for bf16 dot products the same
+// rows as bf16 pairs (q2, do2 non-null; strides in words).
+struct QueryRows {
+  const float* q;
+  int64_t ldq;
+  const float* d_o;
+  int64_t lddo;
+  const uint32_t* q2 = nullptr;
+  int64_t ldq2 = 0;
+  const uint32_t* do2 = nullptr;
+  int64_t lddo2 = 0;
+};
+
 // The five products of one (query block, key block) tile; dQ_i accumulates into dq (row stride d).
 void query_tile(const BackwardKernels& kern, const BackwardParams& p, const Plan& pl, const Seq& s,
-                const ScoreMods& mods, const float* qi, int64_t ldq, const float* doi, int64_t lddo, const float* drow,
-                int64_t i0, int64_t rows, int64_t j0, int64_t keys, float* dq, const Tiles& t) {
+                const ScoreMods& mods, const QueryRows& qr, const float* drow, int64_t i0, int64_t rows, int64_t j0,
+                int64_t keys, float* dq, const Tiles& t) {
   const int64_t d = pl.dims.head_dim, dv = pl.dims.head_dim_v;
+  const float *qi = qr.q, *doi = qr.d_o;
+  const int64_t ldq = qr.ldq, lddo = qr.lddo;
   const bool fast = !mods.has_elementwise() && tile_fully_visible(p, s, i0, i0 + rows, j0, j0 + keys);
-  kern.gemm(rows, keys, d, qi, ldq, 1, t.kt, kBc, t.x, kBc, false);                  // S  = Q_i K_jᵀ
+  if (qr.q2 != nullptr)                                                              // S  = Q_i K_jᵀ
+    kern.gemm_bf16(rows, keys, d / 2, qr.q2, qr.ldq2, reinterpret_cast<const uint32_t*>(t.kt), kBc, t.x, kBc);
+  else
+    kern.gemm(rows, keys, d, qi, ldq, 1, t.kt, kBc, t.x, kBc, false);
   scores_to_p(kern, p, s, mods, pl.dims.scale, fast, i0, rows, j0, keys, t.x, kBc, t.lse2, t.g);
-  kern.gemm(rows, keys, dv, doi, lddo, 1, t.vt, kBc, t.y, kBc, false);               // dP = dO_i V_jᵀ
+  if (qr.do2 != nullptr)                                                             // dP = dO_i V_jᵀ
+    kern.gemm_bf16(rows, keys, dv / 2, qr.do2, qr.lddo2, reinterpret_cast<const uint32_t*>(t.vt), kBc, t.y, kBc);
+  else
+    kern.gemm(rows, keys, dv, doi, lddo, 1, t.vt, kBc, t.y, kBc, false);
   p_to_ds(kern, p.softcap != 0.0f, rows, keys, t.x, t.y, kBc, drow, t.lse2, t.g, pl.dims.scale);
   kern.gemm(keys, dv, rows, t.x, 1, kBc, doi, lddo, t.dv, dv, true);                 // dV_j += Pᵀ dO_i
   kern.gemm(keys, d, rows, t.y, 1, kBc, qi, ldq, t.dk, d, true);                     // dK_j += dSᵀ Q_i
@@ -239,10 +294,11 @@ void key_blocks(const BackwardKernels& kern, const BackwardParams& p, const Buff
   for (int64_t h = kvh * dm.group; h < (kvh + 1) * dm.group; ++h)
     std::memset(buf.dq(split, h, r0), 0, static_cast<size_t>(s.sq * d) * sizeof(float));
 
+  const bool bf16_dots = use_bf16_dots(kern, p, dm);
   const int64_t num_kb = (s.sk + kBc - 1) / kBc;
   for (int64_t jb = split; jb < num_kb; jb += pl.splits) {
     const int64_t j0 = jb * kBc, keys = std::min(kBc, s.sk - j0);
-    load_key_block(kern, p, dm, s, kvh, j0, keys, t);
+    load_key_block(kern, p, dm, s, kvh, j0, keys, bf16_dots, t);
     for (int64_t h = kvh * dm.group; h < (kvh + 1) * dm.group; ++h) {
       const ScoreMods mods = score_mods(p, s, h);
       for (int64_t i0 = 0; i0 < s.sq; i0 += kBr) {
@@ -255,13 +311,20 @@ void key_blocks(const BackwardKernels& kern, const BackwardParams& p, const Buff
           t.lse2[r] = lse == kNegInf ? -kNegInf : lse * kLog2e;
         }
         // fp32 inputs are read in place (any row stride); fp16/bf16 from pass 1's fp32 copies.
-        if (pl.stage)
-          query_tile(kern, p, pl, s, mods, buf.q(h, r0 + i0), d, buf.d_o(h, r0 + i0), dv, buf.d(h, r0 + i0), i0,
-                     rows, j0, keys, buf.dq(split, h, r0 + i0), t);
-        else
-          query_tile(kern, p, pl, s, mods, static_cast<const float*>(p.q.data) + q_offset(p, p.q, s, i0, h),
-                     p.q.row_stride, static_cast<const float*>(p.d_o.data) + q_offset(p, p.d_o, s, i0, h),
-                     p.d_o.row_stride, buf.d(h, r0 + i0), i0, rows, j0, keys, buf.dq(split, h, r0 + i0), t);
+        QueryRows qr;
+        if (pl.stage) {
+          qr = {buf.q(h, r0 + i0), d, buf.d_o(h, r0 + i0), dv};
+        } else {
+          qr = {static_cast<const float*>(p.q.data) + q_offset(p, p.q, s, i0, h), p.q.row_stride,
+                static_cast<const float*>(p.d_o.data) + q_offset(p, p.d_o, s, i0, h), p.d_o.row_stride};
+        }
+        if (bf16_dots) {
+          qr.q2 = static_cast<const uint32_t*>(p.q.data) + q_offset(p, p.q, s, i0, h) / 2;
+          qr.ldq2 = p.q.row_stride / 2;
+          qr.do2 = static_cast<const uint32_t*>(p.d_o.data) + q_offset(p, p.d_o, s, i0, h) / 2;
+          qr.lddo2 = p.d_o.row_stride / 2;
+        }
+        query_tile(kern, p, pl, s, mods, qr, buf.d(h, r0 + i0), i0, rows, j0, keys, buf.dq(split, h, r0 + i0), t);
       }
     }
     store_rows(kern, t.dk, d, keys, d, p.dk.data, p.dtype, [&](int64_t j) { return k_offset(p, p.dk, s, j0 + j, kvh); });
@@ -292,8 +355,9 @@ const BackwardKernels& backward_kernels_portable() {
 }
 
 const BackwardKernels& backward_kernels() {
-  switch (cpu_features().isa) {
-    case CpuIsa::kAvx512: return backward_kernels_avx512();
+  const CpuFeatures f = cpu_features();
+  switch (f.isa) {
+    case CpuIsa::kAvx512: return f.avx512_bf16 ? backward_kernels_avx512_bf16() : backward_kernels_avx512();
     case CpuIsa::kAvx2: return backward_kernels_avx2();
     default: return backward_kernels_portable();
   }

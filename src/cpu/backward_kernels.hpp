@@ -32,6 +32,14 @@ struct BackwardKernels {
   void (*ds_rows)(const float* p, float* dp, int64_t ld, int64_t rows, int64_t cols, const float* d,
                   float scale);
 
+  // bf16 inputs only, null where the CPU has no bf16 dot products: C[M, N] = A[M, 2K] · B[2K, N]
+  // with A and B in bf16 pairs along the reduction, as 32-bit words: A row m is the 2K bf16 values
+  // at A + m * a_ms (words); B[k, n] (word k * ldb + n) holds rows 2k and 2k + 1 of column n.
+  // Products of bf16 values are exact in fp32, so this matches gemm on the widened values up to
+  // summation order (bf16 denormals count as zero).
+  void (*gemm_bf16)(int64_t M, int64_t N, int64_t K, const uint32_t* A, int64_t a_ms, const uint32_t* B,
+                    int64_t ldb, float* C, int64_t ldc);
+
   // n elements of storage dtype t to fp32 and back (round to nearest even, as core/dtype.hpp).
   void (*widen)(const void* src, DType t, int64_t n, float* dst);
   void (*narrow)(const float* src, int64_t n, DType t, void* dst);
@@ -39,6 +47,7 @@ struct BackwardKernels {
 
 // One table per ISA; each exists in every build, call only what the CPU supports.
 const BackwardKernels& backward_kernels_avx512();
+const BackwardKernels& backward_kernels_avx512_bf16();  // the above plus gemm_bf16
 const BackwardKernels& backward_kernels_avx2();
 const BackwardKernels& backward_kernels_portable();
 

@@ -142,7 +142,7 @@ void narrow(const float* src, int64_t n, DType t, void* dst) {
 
 template <class V>
 BackwardKernels make_backward_kernels(const char* name) {
-  return {name, &gemm<V>, &exp2_rows<V>, &ds_rows<V>, &widen<V>, &narrow<V>};
+  return {name, &gemm<V>, &exp2_rows<V>, &ds_rows<V>, nullptr, &widen<V>, &narrow<V>};
 }
 
 // Coefficients of 2^f = e^(f ln 2) on f in [-1/2, 1/2], degree 7 (truncation error < 1e-8,

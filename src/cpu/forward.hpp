@@ -28,8 +28,8 @@ struct ForwardScratch {
 };
 ForwardScratch flash_forward_scratch(const ForwardParams& p);
 
-// Standard forward: Sᵀ [seqlen_k, round_up(seqlen_q, kMaxBr)] per worker plus the flash scratch
-// of one query panel, plus whole-head fp32 copies of K and V for fp16/bf16 inputs.
+// Standard forward: Sᵀ [seqlen_k, lds >= seqlen_q + kMaxBr - 1] per worker plus the flash
+// scratch of one query panel, plus whole-head fp32 copies of K and V for fp16/bf16 inputs.
 struct StandardScratch {
   int64_t lds;  // row stride of Sᵀ
   ForwardScratch panel;

@@ -1,7 +1,8 @@
 // The FlashAttention forward on the CPU, written once against a simd.hpp vector type V and
 // instantiated per ISA (forward.cpp, forward.avx2.cpp, forward.avx512.cpp).
 //
-// One task = one (batch, head, kQueryTilesPerTask query tiles of Br rows). It packs each Qᵀ once,
+// One task = up to kQueryTilesPerTask query tiles of Br rows of one batch entry and of heads that
+// share one kv head (consecutive tiles, and the heads of a GQA group). It packs each Qᵀ once,
 // then walks the key tiles its rows can see (causal / window range from visible_keys; mask tiles
 // that are all zero are skipped), and per tile of Bc keys and per query tile that sees it:
 //   Sᵀ = K·Qᵀ                       gemm_st
@@ -15,6 +16,8 @@
 // task split depends on the problem only, so results do not depend on the thread count.
 #pragma once
 
+#include "core/isa_namespace.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -27,7 +30,7 @@
 #include "cpu/kernels_softmax.hpp"
 #include "cpu/kernels_tile.hpp"
 
-namespace flashattn::detail::cpu {
+namespace flashattn::detail::cpu::FLASHATTN_ISA_NS {
 
 // Internal linkage: this header is compiled once per ISA, and a shared inline copy built with
 // AVX-512 flags must not be what the portable path links to.
@@ -38,10 +41,12 @@ inline const char* at(const void* base, int64_t offset, size_t esz) {
 }
 }  // namespace
 
-// One query tile's state: rows [i0, i0 + rows), its Qᵀ panel, O accumulator and m, l, alpha.
+// One query tile's state: rows [i0, i0 + rows) of head h, its Qᵀ panel, O accumulator and m, l,
+// alpha.
 struct QueryTile {
-  int64_t i0;
+  int64_t h, i0;
   int rows;
+  ScoreMods mods;
   KeyRange keys;  // keys some row of the tile may see
   bool first;     // no key tile accumulated yet
   float *qt, *o, *m, *l, *alpha;
@@ -50,15 +55,13 @@ struct QueryTile {
 
 template <class V, bool kBf16Dot, int kQVecs>
 inline void flash_forward_task(const ForwardParams& p, const Dims& dims, const ForwardScratch& L, char* ws,
-                               int64_t b, int64_t h, int64_t i_begin, int64_t i_end) {
+                               int64_t b, int64_t h_begin, int64_t h_end, int64_t i_begin, int64_t i_end) {
   constexpr int64_t Br = kQVecs * V::W;
   const Seq s = sequence(p, b);
-  i_end = std::min(s.sq, i_end);  // i_end - i_begin <= kQueryTilesPerTask * Br
+  i_end = std::min(s.sq, i_end);  // (h_end - h_begin) * (i_end - i_begin) <= kQueryTilesPerTask * Br
   if (i_begin >= i_end) return;
   const size_t esz = dtype_size(p.dtype);
-  const int64_t d = dims.head_dim, dv = dims.head_dim_v, hk = h / dims.group;
-  const ScoreMods mods = score_mods(p, s, h);
-  const bool elementwise = mods.has_elementwise();
+  const int64_t d = dims.head_dim, dv = dims.head_dim_v, hk = h_begin / dims.group;
   const float sc = dims.scale * kLog2e;
   float* st = reinterpret_cast<float*>(ws + L.st);
   float* kbuf = reinterpret_cast<float*>(ws + L.kbuf);
@@ -69,41 +72,49 @@ inline void flash_forward_task(const ForwardParams& p, const Dims& dims, const F
 
   QueryTile tiles[kQueryTilesPerTask];
   int n_tiles = 0;
-  for (int64_t i0 = i_begin; i0 < i_end; i0 += Br, ++n_tiles) {
-    QueryTile& t = tiles[n_tiles];
-    char* tw = ws + n_tiles * L.tile_bytes;
-    t.i0 = i0;
-    t.rows = static_cast<int>(std::min<int64_t>(Br, s.sq - i0));
-    t.keys = visible_keys(p, s, i0, i0 + t.rows);
-    t.first = true;
-    t.qt = reinterpret_cast<float*>(tw + L.qt);
-    t.o = reinterpret_cast<float*>(tw + L.o);
-    t.m = reinterpret_cast<float*>(tw + L.m);
-    t.l = reinterpret_cast<float*>(tw + L.l);
-    t.alpha = reinterpret_cast<float*>(tw + L.alpha);
-    t.lo = reinterpret_cast<int64_t*>(tw + L.vis_lo);
-    t.hi = reinterpret_cast<int64_t*>(tw + L.vis_hi);
-    const char* q = at(p.q.data, q_offset(p, p.q, s, i0, h), esz);
-    if constexpr (kBf16Dot) {
+  for (int64_t h = h_begin; h < h_end; ++h) {
+    for (int64_t i0 = i_begin; i0 < i_end; i0 += Br, ++n_tiles) {
+      QueryTile& t = tiles[n_tiles];
+      char* tw = ws + n_tiles * L.tile_bytes;
+      t.h = h;
+      t.i0 = i0;
+      t.mods = score_mods(p, s, h);
+      t.rows = static_cast<int>(std::min<int64_t>(Br, s.sq - i0));
+      t.keys = visible_keys(p, s, i0, i0 + t.rows);
+      t.first = true;
+      t.qt = reinterpret_cast<float*>(tw + L.qt);
+      t.o = reinterpret_cast<float*>(tw + L.o);
+      t.m = reinterpret_cast<float*>(tw + L.m);
+      t.l = reinterpret_cast<float*>(tw + L.l);
+      t.alpha = reinterpret_cast<float*>(tw + L.alpha);
+      t.lo = reinterpret_cast<int64_t*>(tw + L.vis_lo);
+      t.hi = reinterpret_cast<int64_t*>(tw + L.vis_hi);
+      const char* q = at(p.q.data, q_offset(p, p.q, s, i0, h), esz);
+      if constexpr (kBf16Dot) {
 #if defined(__AVX512BF16__)
-      bf16::pack_qt(reinterpret_cast<const uint16_t*>(q), p.q.row_stride, t.rows, d, reinterpret_cast<uint32_t*>(t.qt), Br);
+        bf16::pack_qt(reinterpret_cast<const uint16_t*>(q), p.q.row_stride, t.rows, d, reinterpret_cast<uint32_t*>(t.qt), Br);
 #endif
-    } else {
-      pack_qt<V>(q, p.dtype, p.q.row_stride, t.rows, d, t.qt, Br, row_buf);
-    }
-    std::fill(t.m, t.m + Br, -std::numeric_limits<float>::infinity());
-    std::fill(t.l, t.l + Br, 0.0f);
-    for (int r = 0; r < t.rows; ++r) {
-      const KeyRange vis = visible_keys(p, s, i0 + r);
-      t.lo[r] = vis.lo;
-      t.hi[r] = vis.hi;
+      } else {
+        pack_qt<V>(q, p.dtype, p.q.row_stride, t.rows, d, t.qt, Br, row_buf);
+      }
+      std::fill(t.m, t.m + Br, -std::numeric_limits<float>::infinity());
+      std::fill(t.l, t.l + Br, 0.0f);
+      for (int r = 0; r < t.rows; ++r) {
+        const KeyRange vis = visible_keys(p, s, i0 + r);
+        t.lo[r] = vis.lo;
+        t.hi[r] = vis.hi;
+      }
     }
   }
 
-  // Key tiles over the union of the query tiles' ranges (lo and hi are non-decreasing in i), so
-  // each K/V tile is loaded (and widened) once and reused by every query tile of the task.
-  if (n_tiles == 0) return;  // not reached: i_begin < i_end
-  const int64_t keys_lo = tiles[0].keys.lo, keys_hi = std::max(keys_lo, tiles[n_tiles - 1].keys.hi);
+  // Key tiles over the union of the query tiles' ranges, so each K/V tile is loaded (and widened)
+  // once and reused by every query tile of the task, across the heads that share it (GQA).
+  int64_t keys_lo = s.sk, keys_hi = 0;
+  for (int g = 0; g < n_tiles; ++g) {
+    if (tiles[g].keys.empty()) continue;
+    keys_lo = std::min(keys_lo, tiles[g].keys.lo);
+    keys_hi = std::max(keys_hi, tiles[g].keys.hi);
+  }
   for (int64_t j0 = keys_lo; j0 < keys_hi; j0 += kBc) {
     const int64_t n = std::min(kBc, keys_hi - j0);
     const char* kp = at(p.k.data, k_offset(p, p.k, s, j0, hk), esz);
@@ -114,7 +125,8 @@ inline void flash_forward_task(const ForwardParams& p, const Dims& dims, const F
     [[maybe_unused]] bool paired = false;
     for (int g = 0; g < n_tiles; ++g) {
       QueryTile& t = tiles[g];
-      if (j0 >= t.keys.hi || j0 + n <= t.keys.lo) continue;
+      if (t.keys.empty() || j0 >= t.keys.hi || j0 + n <= t.keys.lo) continue;
+      const ScoreMods& mods = t.mods;
       if (mods.mask != nullptr && mask_tile_empty(mods, t.i0, t.i0 + t.rows, j0, j0 + n)) continue;
       if (!widened) {
         for (int64_t j = 0; j < n; ++j) {
@@ -138,7 +150,7 @@ inline void flash_forward_task(const ForwardParams& p, const Dims& dims, const F
       }
       float sc_tile = sc;
       const bool edge = !tile_fully_visible(p, s, t.i0, t.i0 + t.rows, j0, j0 + n);
-      if (elementwise || edge) {
+      if (mods.has_elementwise() || edge) {
         scores_to_logits<V, kQVecs>(st, Br, n, t.rows, t.i0, j0, dims.scale, mods, edge ? t.lo : nullptr, t.hi);
         sc_tile = kLog2e;
       }
@@ -158,9 +170,9 @@ inline void flash_forward_task(const ForwardParams& p, const Dims& dims, const F
   for (int g = 0; g < n_tiles; ++g) {
     const QueryTile& t = tiles[g];
     if (t.first) std::fill(t.o, t.o + t.rows * L.ldo, 0.0f);
-    float* lse = p.maybe_lse ? p.maybe_lse + lse_offset(p, p.lse_batch_stride, p.lse_head_stride, s, t.i0, h) : nullptr;
+    float* lse = p.maybe_lse ? p.maybe_lse + lse_offset(p, p.lse_batch_stride, p.lse_head_stride, s, t.i0, t.h) : nullptr;
     finalize_rows<V>(t.o, L.ldo, t.rows, dv, t.m, t.l,
-                     static_cast<char*>(p.o.data) + q_offset(p, p.o, s, t.i0, h) * static_cast<int64_t>(esz), p.dtype,
+                     static_cast<char*>(p.o.data) + q_offset(p, p.o, s, t.i0, t.h) * static_cast<int64_t>(esz), p.dtype,
                      p.o.row_stride, lse, 1);
   }
 }
@@ -172,18 +184,26 @@ void flash_forward_tiles(const ForwardParams& p, void* workspace, int threads) {
   static_assert(Br <= kMaxBr, "the scratch layout is sized for kMaxBr query rows");
   const Dims dims = resolve_dims(p);
   const ForwardScratch L = flash_forward_scratch(p);
-  // Fewer query tiles per task when there are few tiles in all, so that every worker gets work;
-  // chosen from the problem alone (key tile boundaries follow it; the thread count must not).
-  const int64_t bh = dims.batch * dims.heads_q, total_tiles = (dims.seqlen_q + Br - 1) / Br * bh;
-  const int64_t rows_per_task = Br * std::clamp<int64_t>(total_tiles / 16, 1, kQueryTilesPerTask);
+  // A task holds up to kQueryTilesPerTask query tiles: the heads of one GQA group (up to that
+  // many) times consecutive query tiles, fewer when there are few tiles in all so that every
+  // worker gets work. Chosen from the problem alone: key tile boundaries follow the task split,
+  // and the thread count must not change results.
+  const int64_t heads_per_task = std::min<int64_t>(dims.group, kQueryTilesPerTask);
+  const int64_t chunks = (dims.group + heads_per_task - 1) / heads_per_task;
+  const int64_t total_tiles = (dims.seqlen_q + Br - 1) / Br * dims.batch * dims.heads_q;
+  const int64_t rows_per_task = Br * std::clamp<int64_t>(total_tiles / 16, 1, kQueryTilesPerTask / heads_per_task);
   const int64_t n_qt = (dims.seqlen_q + rows_per_task - 1) / rows_per_task;
-  if (n_qt == 0 || bh == 0) return;
+  const int64_t n_tasks = n_qt * chunks * dims.heads_kv * dims.batch;
+  if (n_tasks == 0) return;
   // Head-major, so that the workers share one head's K and V in cache; within a head the last
   // query tiles first: under causal / window they see the most keys (largest tasks first).
-  parallel_for(n_qt * bh, threads, [&](int64_t task, int worker) {
-    const int64_t tile = n_qt - 1 - task % n_qt, b = task / n_qt / dims.heads_q, h = task / n_qt % dims.heads_q;
-    flash_forward_task<V, kBf16Dot, kQVecs>(p, dims, L, static_cast<char*>(workspace) + worker * L.bytes, b, h, tile * rows_per_task,
-                                    (tile + 1) * rows_per_task);
+  parallel_for(n_tasks, threads, [&](int64_t task, int worker) {
+    const int64_t tile = n_qt - 1 - task % n_qt, chunk = task / n_qt % chunks;
+    const int64_t hk = task / n_qt / chunks % dims.heads_kv, b = task / n_qt / chunks / dims.heads_kv;
+    const int64_t h_begin = hk * dims.group + chunk * heads_per_task;
+    const int64_t h_end = std::min(h_begin + heads_per_task, (hk + 1) * dims.group);
+    flash_forward_task<V, kBf16Dot, kQVecs>(p, dims, L, static_cast<char*>(workspace) + worker * L.bytes, b, h_begin,
+                                            h_end, tile * rows_per_task, (tile + 1) * rows_per_task);
   });
 }
 

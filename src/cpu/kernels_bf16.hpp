@@ -10,6 +10,8 @@
 //   V pairs    v2[j2 * ldv + c]   = (V[2 j2][c], V[2 j2 + 1][c])     ldv = dv rounded up to 16
 #pragma once
 
+#include "core/isa_namespace.hpp"
+
 #if defined(__AVX512BF16__)
 
 #include <cstdint>
@@ -17,7 +19,7 @@
 
 #include "cpu/kernels_tile.hpp"  // and simd.hpp, which includes <immintrin.h>
 
-namespace flashattn::detail::cpu::bf16 {
+namespace flashattn::detail::cpu::bf16::FLASHATTN_ISA_NS {
 
 using simd::Avx512;
 

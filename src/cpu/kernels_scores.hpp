@@ -4,13 +4,15 @@
 // dimension. The result is natural-log logits: soft-max them with sc = log2(e).
 #pragma once
 
+#include "core/isa_namespace.hpp"
+
 #include <cstdint>
 #include <limits>
 
 #include "core/problem.hpp"
 #include "cpu/kernels_tile.hpp"
 
-namespace flashattn::detail::cpu {
+namespace flashattn::detail::cpu::FLASHATTN_ISA_NS {
 
 // st[j * lds + r] for keys j0 + j (j < n) and queries i0 + r: every one of the Br = C·W columns is
 // rescaled (padding columns hold finite junk), rows r < rows get bias and -inf for keys outside

@@ -4,6 +4,8 @@
 // (or 1 when a scalar pass already wrote log2-domain logits), so one exp2 per element remains.
 #pragma once
 
+#include "core/isa_namespace.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -11,7 +13,7 @@
 #include "core/dtype.hpp"
 #include "cpu/kernels_tile.hpp"
 
-namespace flashattn::detail::cpu {
+namespace flashattn::detail::cpu::FLASHATTN_ISA_NS {
 
 inline constexpr float kLn2 = 0.693147180559945309f;
 

@@ -13,6 +13,8 @@
 //   gemm_pv:  O[rows, dv] = alpha ⊙ O + Pᵀ[n, Br]ᵀ · V[n, dv]  (broadcast P, FMA a V row)
 #pragma once
 
+#include "core/isa_namespace.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -21,7 +23,7 @@
 #include "core/dtype.hpp"
 #include "cpu/simd.hpp"
 
-namespace flashattn::detail::cpu {
+namespace flashattn::detail::cpu::FLASHATTN_ISA_NS {
 
 // Register blocking per ISA (changes speed only). kStRows keys × kBrVecs vectors of queries for
 // S (kBrVecs is the default query tile; the forward uses 1 vector for short queries);

@@ -14,22 +14,25 @@
 //   load_bf16 / load_fp16 (p): W 16-bit values widened to fp32
 #pragma once
 
+#include "core/isa_namespace.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 
 #if defined(__AVX2__) || defined(__AVX512F__)
-// GCC 12 reports its own _mm512_undefined_* placeholders as maybe-uninitialized once inlined.
+// GCC 12 reports its own _mm512_undefined_* placeholders as (maybe-)uninitialized once inlined.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #endif
 
 #include "core/dtype.hpp"
 
-namespace flashattn::detail::simd {
+namespace flashattn::detail::simd::FLASHATTN_ISA_NS {
 
 // 2^f on f in [-0.5, 0.5]: Taylor series of e^(f ln2) to degree 6 (truncation < 1.3e-7 relative).
 inline constexpr float kExp2C1 = 0.693147181f, kExp2C2 = 0.240226507f, kExp2C3 = 0.0555041087f,

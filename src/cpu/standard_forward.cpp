@@ -15,7 +15,8 @@ StandardScratch standard_forward_scratch(const ForwardParams& p) {
   ForwardParams fp32 = p;  // the panel scratch never widens K/V tiles: whole heads are widened here
   fp32.dtype = DType::kFloat32;
   L.panel = flash_forward_scratch(fp32);
-  L.lds = (dims.seqlen_q + kMaxBr - 1) / kMaxBr * kMaxBr;
+  // Room for whole query panels of any ISA's Br (<= kMaxBr): round_up(seqlen_q, Br) <= this.
+  L.lds = (dims.seqlen_q + kMaxBr - 1 + 15) / 16 * 16;
   auto round64 = [](size_t bytes) { return (bytes + 63) / 64 * 64; };
   const size_t sk = static_cast<size_t>(dims.seqlen_k), f = sizeof(float);
   const bool widen = p.dtype != DType::kFloat32;

@@ -4,6 +4,8 @@
 // It uses the same micro-kernels as the flash forward, so the comparison measures the algorithm.
 #pragma once
 
+#include "core/isa_namespace.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -16,7 +18,7 @@
 #include "cpu/kernels_softmax.hpp"
 #include "cpu/kernels_tile.hpp"
 
-namespace flashattn::detail::cpu {
+namespace flashattn::detail::cpu::FLASHATTN_ISA_NS {
 
 template <class V>
 inline void standard_forward_head(const ForwardParams& p, const Dims& dims, const StandardScratch& L, char* ws,

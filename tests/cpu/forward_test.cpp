@@ -336,7 +336,7 @@ TEST(CpuForward, EveryIsaLevel) {
     IsaOverride isa(level);
     SCOPED_TRACE(std::string("FLASHATTN_CPU_ISA=") + level);
     for (const DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-      Case c = base(203, 150, 36, t);
+      Case c = base(250, 150, 36, t);  // 250: the last query panel of every Br ends past 256
       c.heads_q = 4;
       c.heads_kv = 2;
       c.head_dim_v = 20;
