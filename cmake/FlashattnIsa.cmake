@@ -6,6 +6,12 @@
 set(FLASHATTN_AVX512_FLAGS -DFLASHATTN_ISA_AVX512 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c -mbmi2)
 set(FLASHATTN_AVX2_FLAGS -DFLASHATTN_ISA_AVX2 -mavx2 -mfma -mf16c -mbmi2)
 
+# Unoptimised builds emit small library templates (std::min, std::fill) out of line in every object;
+# ISA objects are optimised even in Debug builds so that they inline them instead
+# (tests/core/check_isa_symbols.sh checks the archive).
+list(APPEND FLASHATTN_AVX512_FLAGS $<$<CONFIG:Debug>:-O2>)
+list(APPEND FLASHATTN_AVX2_FLAGS $<$<CONFIG:Debug>:-O2>)
+
 function(flashattn_set_isa_flags)
   foreach(src IN LISTS ARGN)
     if(src MATCHES "\\.avx512\\.cpp$")

@@ -10,6 +10,12 @@
 namespace flashattn::detail {
 namespace {
 
+struct Task {
+  TaskFn fn;
+  void* ctx;
+  void operator()(int64_t task, int worker) const { fn(ctx, task, worker); }
+};
+
 class Pool {
  public:
   explicit Pool(int workers) {
@@ -27,7 +33,7 @@ class Pool {
   int size() const { return static_cast<int>(threads_.size()) + 1; }
 
   // Returns false (having run nothing) when another caller holds the pool.
-  bool try_run(int64_t num_tasks, int threads, const std::function<void(int64_t, int)>& fn) {
+  bool try_run(int64_t num_tasks, int threads, const Task& fn) {
     std::unique_lock<std::mutex> call(call_mu_, std::try_to_lock);
     if (!call.owns_lock()) return false;
     {
@@ -71,7 +77,7 @@ class Pool {
   std::mutex call_mu_;
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
-  const std::function<void(int64_t, int)>* fn_ = nullptr;
+  const Task* fn_ = nullptr;
   int64_t num_tasks_ = 0;
   std::atomic<int64_t> next_{0};
   int active_ = 0, pending_ = 0;
@@ -93,10 +99,11 @@ int resolve_threads(int requested) {
   return requested <= 0 ? hw : std::min(requested, hw);
 }
 
-void parallel_for(int64_t num_tasks, int threads, const std::function<void(int64_t, int)>& fn) {
+void parallel_for_fn(int64_t num_tasks, int threads, TaskFn fn, void* ctx) {
+  const Task task{fn, ctx};
   threads = static_cast<int>(std::min<int64_t>(std::max(threads, 1), std::max<int64_t>(num_tasks, 1)));
-  if (threads > 1 && pool().try_run(num_tasks, std::min(threads, pool().size()), fn)) return;
-  for (int64_t t = 0; t < num_tasks; ++t) fn(t, 0);
+  if (threads > 1 && pool().try_run(num_tasks, std::min(threads, pool().size()), task)) return;
+  for (int64_t t = 0; t < num_tasks; ++t) task(t, 0);
 }
 
 }  // namespace flashattn::detail

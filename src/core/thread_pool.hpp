@@ -5,7 +5,8 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
+#include <memory>
+#include <type_traits>
 
 namespace flashattn::detail {
 
@@ -15,8 +16,20 @@ int hardware_threads();
 // Resolves Launch::num_threads (0 = all) to the number of workers a call will use.
 int resolve_threads(int requested);
 
-// Runs fn(task, worker) for task in [0, num_tasks) on up to `threads` workers;
+// Runs fn(ctx, task, worker) for task in [0, num_tasks) on up to `threads` workers;
 // worker is in [0, threads) and indexes per-worker scratch. Returns when all tasks are done.
-void parallel_for(int64_t num_tasks, int threads, const std::function<void(int64_t task, int worker)>& fn);
+using TaskFn = void (*)(void* ctx, int64_t task, int worker);
+void parallel_for_fn(int64_t num_tasks, int threads, TaskFn fn, void* ctx);
+
+// The same for any callable fn(task, worker). A plain function pointer crosses into the pool, no
+// std::function: code built for one ISA (*.avx512.cpp) then shares no library template
+// instantiations with the baseline build (core/isa_namespace.hpp).
+template <class F>
+void parallel_for(int64_t num_tasks, int threads, F&& fn) {
+  using Fn = std::remove_reference_t<F>;
+  parallel_for_fn(
+      num_tasks, threads, [](void* ctx, int64_t task, int worker) { (*static_cast<Fn*>(ctx))(task, worker); },
+      const_cast<void*>(static_cast<const void*>(std::addressof(fn))));
+}
 
 }  // namespace flashattn::detail
