@@ -28,12 +28,27 @@ if has build; then
         > "$LOGS/build.log" 2>&1 || { tail -50 "$LOGS/build.log"; exit 1; }
   echo "[time] build: $(( $(date +%s) - t0 )) s"
   # ptxas: a "Compiling entry function" line per kernel and target, then its usage lines.
-  awk '/Compiling entry function/ { match($0, /forward_kernelILi[0-9]+/); hdim = substr($0, RSTART + 17, RLENGTH - 17);
-         type = ($0 ~ /bfloat16/) ? "bf16" : "fp16"; match($0, /sm_[0-9a]+/); arch = substr($0, RSTART, RLENGTH) }
-       /spill stores/ { spill = $0 }
-       /Used [0-9]+ registers/ { match($0, /Used [0-9]+ registers/);
-         printf "  forward hdim %-3s %s %-6s %s |%s\n", hdim, type, arch, substr($0, RSTART, RLENGTH), spill }' \
-      "$LOGS/build.log" | sort -u
+  python3 - "$LOGS/build.log" <<'PY'
+import collections, re, sys
+regs, cur = collections.defaultdict(dict), None
+for line in open(sys.argv[1], errors="replace"):
+    m = re.search(r"Compiling entry function '(\S+)' for '(sm_\w+)'", line)
+    if m:
+        k = re.search(r"forward_kernelILi(\d+)ELi(\d+)E(\w+?)Lb([01])E", m.group(1))
+        cur = None
+        if k:
+            dtype = "bf16" if "bfloat16" in k.group(3) else "fp16"
+            cur = (f"d{k.group(1)}/dv{k.group(2)} {dtype}", f"{'mods' if k.group(4) == '1' else 'plain'} {m.group(2)}")
+        continue
+    u = re.search(r"Used (\d+) registers", line)
+    if u and cur:
+        regs[cur[0]][cur[1]] = u.group(1)
+cols = ["plain sm_80", "plain sm_90a", "mods sm_80", "mods sm_90a"]
+print(f"  registers per thread    {'  '.join(f'{c:>12}' for c in cols)}")
+for key in sorted(regs, key=lambda s: [int(x) for x in re.findall(r"\d+", s)] + [s]):
+    cells = "  ".join(f"{regs[key].get(c, '-'):>12}" for c in cols)
+    print(f"  {key:22}  {cells}")
+PY
   if grep -E "[1-9][0-9]* bytes spill" "$LOGS/build.log"; then echo "SPILLS in the ptxas report"; exit 1; fi
 fi
 

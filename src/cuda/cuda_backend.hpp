@@ -15,7 +15,9 @@ bool cuda_is_device_pointer(const void* ptr);
 
 // FlashAttention-2 forward on mma.sync tensor cores, for compute capability 8.0 and later:
 // fp16/bf16, head dims that are multiples of 8 up to the largest instantiation (256 in a full
-// build; head_dim_v == head_dim), causal in both alignments, sliding window, GQA/MQA, varlen, LSE.
+// build), head_dim_v != head_dim up to a built pair (192, 128) or (64, 128), causal in both
+// alignments, sliding window, softcap, ALiBi, additive bias, boolean mask (wholly masked key tiles
+// skipped), GQA/MQA, varlen, LSE.
 Status cuda_sm80_forward_supported(const ForwardParams& p);
 size_t cuda_sm80_forward_workspace(const ForwardParams& p);
 // stream: a cudaStream_t. Launch errors are reported by the next CUDA call on the stream.

@@ -2,7 +2,9 @@
 // random inputs (seed printed; FLASHATTN_TEST_SEED=N replays), poisons the outputs with NaN, runs
 // the kernel and compares with textbook attention in double precision computed here on the host.
 // Tolerance rule: our error <= 2x the error of standard attention computed in the same low
-// precision (S and P rounded to the storage type, fp32 softmax) + a small floor.
+// precision (S and P rounded to the storage type, fp32 softmax) + a small floor. Score modifiers
+// (softcap, ALiBi, bias, mask) go through problem.hpp's ScoreMods::apply on the host, the
+// definition every backend shares.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -63,6 +65,14 @@ struct Case {
   bool lse = true;
   float scale = 0.0f;
   bool huge_offsets = false;  // batch entries 2^31 + 1024 elements apart on the device
+  int64_t dv = 0;             // head_dim_v; 0: d
+  float softcap = 0.0f;
+  int alibi = 0;              // 0: none, 1: slopes per head, 2: per (batch, head)
+  int bias = 0;               // 0: none, 1: [B, H, Sq, Sk], 2: [Sq, Sk] (batch, head broadcast), 3: [H, Sk] (rows too)
+  DType bias_dtype = DType::kFloat32;
+  int mask = 0;               // 0: none, 1: random, 2: key padding [B, Sk], 3: block-sparse with masked rows
+
+  int64_t head_dim_v() const { return dv > 0 ? dv : d; }
 
   std::string name() const {
     std::ostringstream s;
@@ -79,6 +89,13 @@ struct Case {
     if (strided) s << "_strided";
     if (!lse) s << "_nolse";
     if (huge_offsets) s << "_huge_offsets";
+    if (dv > 0) s << "_dv" << dv;
+    if (softcap != 0.0f) s << "_softcap" << static_cast<int>(softcap);
+    if (alibi != 0) s << (alibi == 1 ? "_alibiH" : "_alibiBH");
+    if (bias != 0)
+      s << "_bias" << bias << (bias_dtype == DType::kFloat32 ? "f32" : bias_dtype == DType::kFloat16 ? "f16" : "bf16");
+    if (mask != 0) s << (mask == 1 ? "_maskRandom" : mask == 2 ? "_maskKeys" : "_maskBlocks");
+    if (scale != 0.0f) s << "_scale" << static_cast<int>(scale * 100);
     return s.str();
   }
 };
@@ -138,6 +155,13 @@ struct Problem {
   float* lse = nullptr;
   int32_t *cu_q = nullptr, *cu_k = nullptr;
   std::vector<int32_t> host_cu_q, host_cu_k;
+  // Score modifiers, [batch, heads_q, seqlen_q, seqlen_k] with zero strides where broadcast.
+  std::vector<float> host_slopes;
+  float* slopes = nullptr;
+  std::vector<uint8_t> host_bias, host_mask;  // bias: bytes of bias_dtype elements
+  void* bias = nullptr;
+  uint8_t* mask = nullptr;
+  int64_t bias_strides[3] = {0, 0, 0}, mask_strides[3] = {0, 0, 0};  // batch, head, row
   int64_t lse_count = 0;
 
   static int64_t total(const std::vector<int32_t>& lens) {
@@ -160,10 +184,10 @@ struct Problem {
           cs.huge_offsets ? kHugeBatchStride : 0),
         k(cs.varlen_q.empty() ? cs.batch : 1, cs.varlen_q.empty() ? cs.sk : total(cs.varlen_k), cs.hkv, cs.d, cs.strided,
           cs.huge_offsets ? kHugeBatchStride : 0),
-        v(cs.varlen_q.empty() ? cs.batch : 1, cs.varlen_q.empty() ? cs.sk : total(cs.varlen_k), cs.hkv, cs.d, cs.strided,
-          cs.huge_offsets ? kHugeBatchStride : 0),
-        o(cs.varlen_q.empty() ? cs.batch : 1, cs.varlen_q.empty() ? cs.sq : total(cs.varlen_q), cs.hq, cs.d, cs.strided,
-          cs.huge_offsets ? kHugeBatchStride : 0) {
+        v(cs.varlen_q.empty() ? cs.batch : 1, cs.varlen_q.empty() ? cs.sk : total(cs.varlen_k), cs.hkv,
+          cs.head_dim_v(), cs.strided, cs.huge_offsets ? kHugeBatchStride : 0),
+        o(cs.varlen_q.empty() ? cs.batch : 1, cs.varlen_q.empty() ? cs.sq : total(cs.varlen_q), cs.hq,
+          cs.head_dim_v(), cs.strided, cs.huge_offsets ? kHugeBatchStride : 0) {
     if (varlen()) {
       c.batch = static_cast<int64_t>(c.varlen_q.size());
       c.sq = longest(c.varlen_q);
@@ -185,6 +209,9 @@ struct Problem {
     if (c.lse) cudaMalloc(&lse, static_cast<size_t>(std::max<int64_t>(lse_count, 1)) * 4);
   }
   ~Problem() {
+    cudaFree(slopes);
+    cudaFree(bias);
+    cudaFree(mask);
     cudaFree(lse);
     cudaFree(cu_q);
     cudaFree(cu_k);
@@ -201,6 +228,68 @@ struct Problem {
     q.upload();
     k.upload();
     v.upload();
+    fill_score_mods(rng);
+  }
+
+  void fill_score_mods(std::mt19937_64& rng) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+    const int64_t sq = c.sq, sk = c.sk, keys_rows = sq * sk;
+    if (c.alibi != 0) {
+      host_slopes.resize(c.alibi == 1 ? c.hq : c.batch * c.hq);
+      for (size_t x = 0; x < host_slopes.size(); ++x)
+        host_slopes[x] = c.alibi == 1 ? std::exp2(-8.0f * (x + 1) / c.hq) : 0.01f + 0.5f * uniform(rng);
+      cudaMalloc(&slopes, host_slopes.size() * 4);
+      cudaMemcpy(slopes, host_slopes.data(), host_slopes.size() * 4, cudaMemcpyHostToDevice);
+    }
+    if (c.bias != 0) {
+      const int64_t elem = static_cast<int64_t>(fd::dtype_size(c.bias_dtype));
+      int64_t count = 0;
+      if (c.bias == 1) bias_strides[0] = c.hq * keys_rows, bias_strides[1] = keys_rows, bias_strides[2] = sk, count = c.batch * c.hq * keys_rows;
+      if (c.bias == 2) bias_strides[2] = sk, count = keys_rows;
+      if (c.bias == 3) bias_strides[1] = sk, count = c.hq * sk;
+      host_bias.resize(count * elem);
+      for (int64_t x = 0; x < count; ++x) {
+        const float value = 2.0f * normal(rng);
+        if (c.bias_dtype == DType::kFloat32) {
+          std::memcpy(&host_bias[x * 4], &value, 4);
+        } else {
+          const uint16_t h = to_storage(value, c.bias_dtype);
+          std::memcpy(&host_bias[x * 2], &h, 2);
+        }
+      }
+      cudaMalloc(&bias, std::max<size_t>(host_bias.size(), 4));
+      cudaMemcpy(bias, host_bias.data(), host_bias.size(), cudaMemcpyHostToDevice);
+    }
+    if (c.mask != 0) {
+      int64_t count = 0;
+      if (c.mask == 2) {
+        mask_strides[0] = sk, count = c.batch * sk;
+      } else {
+        mask_strides[0] = c.hq * keys_rows, mask_strides[1] = keys_rows, mask_strides[2] = sk;
+        count = c.batch * c.hq * keys_rows;
+      }
+      host_mask.assign(count, 1);
+      if (c.mask == 1)
+        for (auto& m : host_mask) m = uniform(rng) < 0.7f;
+      if (c.mask == 2)  // each sequence keeps a random prefix of its keys (possibly none)
+        for (int64_t b = 0; b < c.batch; ++b) {
+          const int64_t keep = static_cast<int64_t>(uniform(rng) * (sk + 1));
+          for (int64_t j = keep; j < sk; ++j) host_mask[b * sk + j] = 0;
+        }
+      if (c.mask == 3)  // 64 x 64 blocks on or off, keys [64, 192) off everywhere, rows 5 mod 13 off
+        for (int64_t bh = 0; bh < c.batch * c.hq; ++bh) {
+          std::vector<uint8_t> block_on(((sq + 63) / 64) * ((sk + 63) / 64));
+          for (auto& on : block_on) on = uniform(rng) < 0.5f;
+          for (int64_t i = 0; i < sq; ++i)
+            for (int64_t j = 0; j < sk; ++j) {
+              const bool on = block_on[(i / 64) * ((sk + 63) / 64) + j / 64] && !(j >= 64 && j < 192) && i % 13 != 5;
+              host_mask[bh * keys_rows + i * sk + j] = on && uniform(rng) < 0.9f;
+            }
+        }
+      cudaMalloc(&mask, std::max<size_t>(host_mask.size(), 1));
+      cudaMemcpy(mask, host_mask.data(), host_mask.size(), cudaMemcpyHostToDevice);
+    }
   }
 
   void poison() {
@@ -221,7 +310,7 @@ struct Problem {
     p.heads_q = c.hq;
     p.heads_kv = c.hkv;
     p.head_dim = c.d;
-    p.head_dim_v = c.d;
+    p.head_dim_v = c.head_dim_v();
     p.q = q.cview();
     p.k = k.cview();
     p.v = v.cview();
@@ -234,6 +323,16 @@ struct Problem {
     p.window_left = c.window_left;
     p.window_right = c.window_right;
     p.maybe_lse = lse;
+    p.softcap = c.softcap;
+    if (c.alibi != 0) {
+      p.maybe_alibi_slopes = host_side ? host_slopes.data() : slopes;
+      p.alibi_batch_stride = c.alibi == 1 ? 0 : c.hq;
+    }
+    if (c.bias != 0)
+      p.maybe_bias = {host_side ? static_cast<const void*>(host_bias.data()) : bias, c.bias_dtype, bias_strides[0],
+                      bias_strides[1], bias_strides[2]};
+    if (c.mask != 0)
+      p.maybe_mask = {host_side ? host_mask.data() : mask, mask_strides[0], mask_strides[1], mask_strides[2]};
     if (varlen()) {
       p.lse_head_stride = total(c.varlen_q);
     } else {
@@ -270,14 +369,16 @@ Reference reference(const Problem& pb, const ForwardParams& p) {
       for (int64_t i = 0; i < s.sq; ++i) rows.push_back({b, h, i});
   }
   const auto load = [&](const Buffer& buf, int64_t off) { return static_cast<double>(from_storage(buf.host[off], c.dtype)); };
+  const int64_t dv = c.head_dim_v();
   const auto work = [&](size_t begin, size_t end) {
-    std::vector<double> s_exact, acc(c.d);
-    std::vector<float> s_lowp, acc_lowp(c.d);
+    std::vector<double> s_exact, acc(dv);
+    std::vector<float> s_lowp, acc_lowp(dv);
     for (size_t r = begin; r < end; ++r) {
       const auto [b, h, i] = rows[r];
       const fd::Seq s = fd::sequence(p, b);
       const int64_t hk = h / dims.group;
       const fd::KeyRange keys = fd::visible_keys(p, s, i);
+      const fd::ScoreMods mods = fd::score_mods(p, s, h);
       const int64_t qo = pb.varlen() ? pb.q.at(0, s.q_row0 + i, h, 0) : pb.q.at(b, i, h, 0);
       const int64_t oo = pb.varlen() ? pb.o.at(0, s.q_row0 + i, h, 0) : pb.o.at(b, i, h, 0);
       const int64_t li = fd::lse_offset(p, p.lse_batch_stride, p.lse_head_stride, s, i, h);
@@ -300,10 +401,15 @@ Reference reference(const Problem& pb, const ForwardParams& p) {
           dot += prod;
           dot_f += static_cast<float>(prod);
         }
-        s_exact[j] = dot * dims.scale;
-        s_lowp[j] = round_to(dot_f, c.dtype) * dims.scale;
+        s_exact[j] = mods.apply(dot * dims.scale, i, keys.lo + j);
+        s_lowp[j] = mods.apply(round_to(dot_f, c.dtype) * dims.scale, i, keys.lo + j);
         m = std::max(m, s_exact[j]);
         m_lowp = std::max(m_lowp, s_lowp[j]);
+      }
+      if (m == -INFINITY) {  // every visible key masked out
+        ref.lse[li] = -INFINITY;
+        ref.empty_row[li] = 1;
+        continue;
       }
       double l = 0.0;
       float l_lowp = 0.0f;
@@ -319,13 +425,13 @@ Reference reference(const Problem& pb, const ForwardParams& p) {
         const int64_t vo = pb.varlen() ? pb.v.at(0, s.k_row0 + keys.lo + j, hk, 0) : pb.v.at(b, keys.lo + j, hk, 0);
         const double pj = s_exact[j] / l;
         const float pj_lowp = round_to(s_lowp[j] / l_lowp, c.dtype);
-        for (int64_t x = 0; x < c.d; ++x) {
+        for (int64_t x = 0; x < dv; ++x) {
           const double vx = load(pb.v, vo + x);
           acc[x] += pj * vx;
           acc_lowp[x] += pj_lowp * static_cast<float>(vx);
         }
       }
-      for (int64_t x = 0; x < c.d; ++x) {
+      for (int64_t x = 0; x < dv; ++x) {
         ref.o_exact[oo + x] = acc[x];
         ref.o_lowp[oo + x] = round_to(acc_lowp[x], c.dtype);
       }
@@ -376,7 +482,7 @@ void check_case(const Case& cs) {
     const fd::Seq s = fd::sequence(p, b);
     for (int64_t i = 0; i < s.sq; ++i)
       for (int64_t h = 0; h < pb.c.hq; ++h)
-        for (int64_t x = 0; x < pb.c.d; ++x)
+        for (int64_t x = 0; x < pb.c.head_dim_v(); ++x)
           valid[pb.varlen() ? pb.o.at(0, s.q_row0 + i, h, x) : pb.o.at(b, i, h, x)] = 1;
   }
   double err = 0.0, err_lowp = 0.0;
@@ -414,14 +520,14 @@ void check_case(const Case& cs) {
     EXPECT_EQ(bad_empty, 0) << "rows with no visible key must get lse = -inf";
     EXPECT_LE(lse_err, kLseTolerance) << "lse relative error";
   }
-  // Rows with no visible key: O = 0 exactly.
+  // Rows with no visible key (band or mask): O = 0 exactly.
   int64_t nonzero_empty = 0;
   for (int64_t b = 0; b < pb.c.batch; ++b) {
     const fd::Seq s = fd::sequence(p, b);
     for (int64_t i = 0; i < s.sq; ++i)
-      if (fd::visible_keys(p, s, i).empty())
-        for (int64_t h = 0; h < pb.c.hq; ++h)
-          for (int64_t x = 0; x < pb.c.d; ++x)
+      for (int64_t h = 0; h < pb.c.hq; ++h)
+        if (ref.empty_row[fd::lse_offset(p, p.lse_batch_stride, p.lse_head_stride, s, i, h)])
+          for (int64_t x = 0; x < pb.c.head_dim_v(); ++x)
             nonzero_empty += from_storage(pb.o.host[pb.varlen() ? pb.o.at(0, s.q_row0 + i, h, x) : pb.o.at(b, i, h, x)],
                                           pb.c.dtype) != 0.0f;
   }
@@ -448,6 +554,32 @@ Case window(Case c, int64_t left, int64_t right) {
   c.window_left = left;
   c.window_right = right;
   return c;
+}
+Case softcap(Case c, float cap, float scale = 0.0f) {
+  c.softcap = cap;
+  c.scale = scale;
+  return c;
+}
+Case alibi(Case c, int kind) {
+  c.alibi = kind;
+  return c;
+}
+Case bias(Case c, int kind, DType t) {
+  c.bias = kind;
+  c.bias_dtype = t;
+  return c;
+}
+Case mask(Case c, int kind) {
+  c.mask = kind;
+  return c;
+}
+Case head_dim_v(Case c, int64_t dv) {
+  c.dv = dv;
+  return c;
+}
+// Every modifier at once.
+Case all_mods(Case c, DType bias_dtype = DType::kBFloat16) {
+  return mask(bias(alibi(softcap(c, 10.0f), 2), 1, bias_dtype), 3);
 }
 
 std::vector<Case> small_cases() {
@@ -492,6 +624,43 @@ std::vector<Case> small_cases() {
     c.d = 64;
     cases.push_back(c);
   }
+  // Score modifiers alone: softcap (saturating with scale 1), ALiBi per head and per (batch, head),
+  // bias of each dtype and broadcast, masks random, key padding, block-sparse with masked rows.
+  cases.push_back(softcap(causal(make(kBf16, 2, 203, 203, 2, 2, 64)), 30.0f));
+  cases.push_back(softcap(make(kFp16, 1, 113, 203, 2, 2, 128), 5.0f, 1.0f));
+  cases.push_back(alibi(causal(make(kBf16, 1, 203, 300, 4, 2, 128)), 1));
+  cases.push_back(alibi(make(kFp16, 2, 113, 113, 2, 2, 64), 2));
+  cases.push_back(alibi(causal(make(kBf16, 2, 300, 113, 2, 2, 64), Alignment::kTopLeft), 2));
+  cases.push_back(bias(make(kBf16, 2, 113, 203, 2, 2, 64), 1, DType::kFloat32));
+  cases.push_back(bias(causal(make(kFp16, 2, 203, 203, 2, 1, 128)), 2, DType::kFloat16));
+  cases.push_back(bias(make(kBf16, 1, 203, 113, 2, 2, 96), 3, DType::kBFloat16));
+  cases.push_back(mask(make(kBf16, 1, 203, 203, 2, 2, 64), 1));
+  cases.push_back(mask(causal(make(kFp16, 3, 113, 300, 2, 2, 128)), 2));
+  cases.push_back(mask(make(kBf16, 1, 300, 500, 2, 2, 128), 3));
+  cases.push_back(mask(make(kFp16, 2, 257, 400, 2, 1, 64), 3));
+  // All modifiers together, on every instantiation, with causal, windows, GQA and varlen.
+  for (int64_t d : {64, 96, 128, 192, 256}) {
+    cases.push_back(all_mods(causal(make(kBf16, 2, 203, 300, 4, 2, d)), DType::kFloat32));
+    cases.push_back(all_mods(make(kFp16, 1, 300, 203, 2, 2, d), DType::kFloat16));
+  }
+  cases.push_back(all_mods(window(make(kBf16, 1, 300, 300, 2, 2, 128), 100, 20)));
+  {
+    Case c = all_mods(causal(make(kBf16, 0, 0, 0, 4, 2, 128)));
+    c.varlen_q = {17, 0, 203, 1, 130};
+    c.varlen_k = {17, 5, 113, 0, 300};
+    cases.push_back(c);
+  }
+  // V head dims other than Q's: the built pairs, and pairs served by a larger instantiation.
+  for (DType t : {kBf16, kFp16}) {
+    cases.push_back(head_dim_v(causal(make(t, 2, 203, 300, 4, 2, 192)), 128));
+    cases.push_back(head_dim_v(make(t, 1, 113, 203, 2, 2, 64), 128));
+  }
+  cases.push_back(head_dim_v(make(kBf16, 1, 203, 113, 2, 2, 64), 32));
+  cases.push_back(head_dim_v(causal(make(kBf16, 1, 203, 203, 2, 2, 128)), 64));
+  cases.push_back(head_dim_v(make(kFp16, 1, 113, 113, 2, 2, 136), 120));
+  cases.push_back(head_dim_v(make(kBf16, 1, 113, 113, 2, 2, 40), 104));
+  cases.push_back(all_mods(head_dim_v(causal(make(kBf16, 1, 203, 300, 2, 2, 192)), 128)));
+  cases.push_back(all_mods(head_dim_v(make(kFp16, 1, 203, 300, 2, 2, 64), 128)));
   // Strided layouts (gaps must stay untouched), no lse, explicit scale.
   {
     Case c = causal(make(kBf16, 2, 113, 203, 4, 2, 128));
@@ -512,6 +681,9 @@ std::vector<Case> large_cases() {
   cases.push_back(causal(make(DType::kBFloat16, 1, 4097, 4097, 1, 1, 128)));
   cases.push_back(causal(make(DType::kBFloat16, 1, 4097, 1023, 2, 2, 256), Alignment::kTopLeft));
   cases.push_back(window(make(DType::kFloat16, 1, 4097, 4097, 1, 1, 96), 1000, 0));
+  cases.push_back(mask(make(DType::kBFloat16, 1, 2048, 2048, 2, 2, 128), 3));
+  cases.push_back(all_mods(causal(make(DType::kBFloat16, 1, 1023, 2048, 2, 1, 256)), DType::kFloat16));
+  cases.push_back(head_dim_v(causal(make(DType::kBFloat16, 1, 4097, 4097, 2, 1, 192)), 128));
   // Offsets above 2^31 elements (17 GB of device memory).
   Case huge = causal(make(DType::kBFloat16, 2, 203, 300, 2, 1, 128));
   huge.huge_offsets = true;
@@ -553,13 +725,16 @@ TEST(Sm80ForwardSmallSupport, RefusesWhatItDoesNotImplement) {
   refused(p, "dtype");
   p = good, p.head_dim = 264, p.head_dim_v = 264;
   refused(p, "head_dim");
-  p = good, p.head_dim_v = 32;
-  refused(p, "head_dim_v");
-  p = good, p.softcap = 30.0f;
-  refused(p, "softcap");
+  p = good, p.head_dim_v = 264;
+  refused(p, "head_dim_v 264 with head_dim 64");
+  p = good, p.head_dim_v = 36;
+  refused(p, "head_dim_v 36 (takes multiples of 8)");
   const float slopes[2] = {0.5f, 0.25f};
   p = good, p.maybe_alibi_slopes = slopes;
-  refused(p, "ALiBi");
+  refused(p, "maybe_alibi_slopes is not device memory");
+  std::vector<uint8_t> host_mask(17 * 17);
+  p = good, p.maybe_mask = {host_mask.data(), 0, 0, 17};
+  refused(p, "maybe_mask is not device memory");
   std::vector<uint16_t> host(17 * 2 * 64);
   p = good, p.q.data = host.data();
   refused(p, "q is not device memory");
@@ -578,10 +753,11 @@ TEST(Sm80ForwardSmallSupport, PublicApiSelection) {
   flashattn::Launch gpu;
   gpu.backend = flashattn::Backend::kCudaSm80;
   ForwardParams p = pb.params();
-  p.softcap = 30.0f;
+  std::vector<uint8_t> host_mask(17 * 17, 1);
+  p.maybe_mask = {host_mask.data(), 0, 0, 17};
   flashattn::Status st = flashattn::forward(p, gpu);
   EXPECT_EQ(st.code, StatusCode::kNotSupported);
-  EXPECT_NE(st.message.find("softcap"), std::string::npos) << st.message;
+  EXPECT_NE(st.message.find("maybe_mask is not device memory"), std::string::npos) << st.message;
   std::vector<uint16_t> host_q(17 * 2 * 64);
   p = pb.params();
   p.q.data = host_q.data();

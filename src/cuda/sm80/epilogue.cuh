@@ -1,6 +1,9 @@
-// Epilogue: the normalised output goes from the mma accumulators through the warp's own rows of the
-// Q tile in shared memory (the warp is the only reader of those rows, and has finished with them)
-// to global memory in coalesced 16-byte stores; each row's lse is written by one lane of its quad.
+// Epilogue: the normalised output goes from the mma accumulators through shared memory to global
+// memory in coalesced 16-byte stores; each row's lse is written by one lane of its quad. Each warp
+// stages its own rows of an O tile laid over the Q region (sized for the wider of Q and O): every
+// warp has passed its last QK^T before any warp gets here (the barrier before the last P·V), and
+// the region holds no K or V, so with V head dims other than Q's the rows may overlap other
+// warps' Q rows without a race.
 #pragma once
 
 #include <cstdint>
@@ -10,9 +13,9 @@
 
 namespace flashattn::detail::sm80 {
 
-template <class T, int kMTiles, int kDTiles, int kHeadDim, class Tile>
+template <class T, int kMTiles, int kDTiles, int kHeadDimV, class Tile>
 __device__ __forceinline__ void store_output(const cuda::FragC (&o)[kMTiles][kDTiles], char* tile_smem, int rows0,
-                                             T* o_rows0, int64_t o_row_stride, int rows_valid, int head_dim,
+                                             T* o_rows0, int64_t o_row_stride, int rows_valid, int head_dim_v,
                                              int lane) {
   constexpr int kRows = kMTiles * 16;
   const int g = lane >> 2, t = lane & 3;
@@ -28,13 +31,13 @@ __device__ __forceinline__ void store_output(const cuda::FragC (&o)[kMTiles][kDT
       }
   __syncwarp();
 
-  constexpr int kChunksPerRow = kHeadDim / 8;
+  constexpr int kChunksPerRow = kHeadDimV / 8;
   static_assert(kRows * kChunksPerRow % 32 == 0);
 #pragma unroll
   for (int step = 0; step < kRows * kChunksPerRow / 32; ++step) {
     const int c = lane + step * 32;
     const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
-    if (row < rows_valid && chunk * 8 < head_dim) {
+    if (row < rows_valid && chunk * 8 < head_dim_v) {
       const uint4 value = *reinterpret_cast<const uint4*>(tile_smem + Tile::offset(rows0 + row, chunk));
       *reinterpret_cast<uint4*>(o_rows0 + row * o_row_stride + chunk * 8) = value;
     }

@@ -20,13 +20,14 @@ using sm80::ForwardKernelParams;
 using sm80::ForwardTiles;
 
 struct Instance {
-  int head_dim;
+  int head_dim, head_dim_v;
   DType dtype;
   cudaError_t (*launch)(const ForwardKernelParams&, cudaStream_t);
 };
 
 constexpr Instance kInstances[] = {
-#define FLASHATTN_SM80_FORWARD_INSTANCE(HEAD_DIM, DTYPE) {HEAD_DIM, DTYPE, &sm80::launch_forward<HEAD_DIM, DTYPE>},
+#define FLASHATTN_SM80_FORWARD_INSTANCE(HEAD_DIM, HEAD_DIM_V, DTYPE) \
+  {HEAD_DIM, HEAD_DIM_V, DTYPE, &sm80::launch_forward<HEAD_DIM, HEAD_DIM_V, DTYPE>},
 #include "cuda/sm80/instantiations/forward_list.inc"
 #undef FLASHATTN_SM80_FORWARD_INSTANCE
 };
@@ -35,11 +36,14 @@ Status not_supported(std::string what) {
   return {StatusCode::kNotSupported, "cuda sm80 forward: " + std::move(what)};
 }
 
-// The instantiation that serves p: the smallest head dim >= p's, of p's dtype. Null when none.
+// The instantiation that serves p: of p's dtype, with head dims at least p's (zero padding serves
+// the rest), the smallest head_dim + head_dim_v among those. Null when none.
 const Instance* pick_instance(const ForwardParams& p) {
+  const Dims d = resolve_dims(p);
   const Instance* best = nullptr;
   for (const Instance& inst : kInstances)
-    if (inst.dtype == p.dtype && inst.head_dim >= p.head_dim && (best == nullptr || inst.head_dim < best->head_dim))
+    if (inst.dtype == p.dtype && inst.head_dim >= d.head_dim && inst.head_dim_v >= d.head_dim_v &&
+        (best == nullptr || inst.head_dim + inst.head_dim_v < best->head_dim + best->head_dim_v))
       best = &inst;
   return best;
 }
@@ -47,8 +51,17 @@ const Instance* pick_instance(const ForwardParams& p) {
 int largest_head_dim(DType dtype) {
   int largest = 0;
   for (const Instance& inst : kInstances)
-    if (inst.dtype == dtype && inst.head_dim > largest) largest = inst.head_dim;
+    if (inst.dtype == dtype && inst.head_dim == inst.head_dim_v && inst.head_dim > largest) largest = inst.head_dim;
   return largest;
+}
+
+// "(192, 128), (64, 128)": the built pairs of different head dims, for refusals.
+std::string head_dim_pairs(DType dtype) {
+  std::string pairs;
+  for (const Instance& inst : kInstances)
+    if (inst.dtype == dtype && inst.head_dim != inst.head_dim_v)
+      pairs += (pairs.empty() ? "(" : ", (") + std::to_string(inst.head_dim) + ", " + std::to_string(inst.head_dim_v) + ")";
+  return pairs.empty() ? "none" : pairs;
 }
 
 // cp.async moves 16 bytes: every row must start on a 16-byte boundary (batch strides are unused
@@ -92,6 +105,7 @@ ForwardKernelParams kernel_params(const ForwardParams& p) {
   k.heads_q = static_cast<int>(d.heads_q);
   k.group = static_cast<int>(d.group);
   k.head_dim = static_cast<int>(d.head_dim);
+  k.head_dim_v = static_cast<int>(d.head_dim_v);
   k.scale = d.scale;
   k.scale_log2 = d.scale * kLog2e;
   k.bottom_right = p.alignment == Alignment::kBottomRight;
@@ -102,6 +116,18 @@ ForwardKernelParams kernel_params(const ForwardParams& p) {
   const auto clamp_window = [&](int64_t w) { return static_cast<int>(w < 0 ? -1 : std::min(w, d.seqlen_q + d.seqlen_k)); };
   k.window_left = clamp_window(p.window_left);
   k.window_right = clamp_window(right);
+  k.softcap = p.softcap;
+  k.maybe_alibi_slopes = p.maybe_alibi_slopes;
+  k.alibi_batch_stride = p.alibi_batch_stride;
+  k.maybe_bias = p.maybe_bias.data;
+  k.bias_dtype = static_cast<int>(p.maybe_bias.dtype);
+  k.bias_batch_stride = p.maybe_bias.batch_stride;
+  k.bias_head_stride = p.maybe_bias.head_stride;
+  k.bias_row_stride = p.maybe_bias.row_stride;
+  k.maybe_mask = p.maybe_mask.data;
+  k.mask_batch_stride = p.maybe_mask.batch_stride;
+  k.mask_head_stride = p.maybe_mask.head_stride;
+  k.mask_row_stride = p.maybe_mask.row_stride;
   return k;
 }
 
@@ -111,19 +137,22 @@ Status cuda_sm80_forward_supported(const ForwardParams& p) {
   if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16)
     return not_supported("dtype fp32 (takes fp16 and bf16)");
   const Dims d = resolve_dims(p);
-  if (d.head_dim_v != d.head_dim)
-    return not_supported("head_dim_v " + std::to_string(d.head_dim_v) + " != head_dim " +
-                         std::to_string(d.head_dim) + " (not implemented yet)");
   if (d.head_dim % 8 != 0)
     return not_supported("head_dim " + std::to_string(d.head_dim) + " (takes multiples of 8)");
+  if (d.head_dim_v % 8 != 0)
+    return not_supported("head_dim_v " + std::to_string(d.head_dim_v) + " (takes multiples of 8)");
   const Instance* inst = pick_instance(p);
-  if (inst == nullptr)
+  if (inst == nullptr && d.head_dim_v == d.head_dim)
     return not_supported("head_dim " + std::to_string(d.head_dim) + " (the largest built is " +
                          std::to_string(largest_head_dim(p.dtype)) + ")");
-  if (p.softcap != 0.0f) return not_supported("softcap (not implemented yet)");
-  if (p.maybe_alibi_slopes != nullptr) return not_supported("ALiBi slopes (not implemented yet)");
-  if (p.maybe_bias.data != nullptr) return not_supported("additive bias (not implemented yet)");
-  if (p.maybe_mask.data != nullptr) return not_supported("boolean mask (not implemented yet)");
+  if (inst == nullptr)
+    return not_supported("head_dim_v " + std::to_string(d.head_dim_v) + " with head_dim " +
+                         std::to_string(d.head_dim) + " (the largest built is " +
+                         std::to_string(largest_head_dim(p.dtype)) + " for both; other (head_dim, head_dim_v): " +
+                         head_dim_pairs(p.dtype) + ")");
+  if (p.maybe_bias.data != nullptr &&
+      reinterpret_cast<uintptr_t>(p.maybe_bias.data) % dtype_size(p.maybe_bias.dtype) != 0)
+    return not_supported("maybe_bias: data must be aligned to its element size");
   if (!(d.scale > 0.0f) || !std::isfinite(d.scale))
     return not_supported("softmax_scale " + std::to_string(d.scale) + " (takes finite positive scales)");
   constexpr int64_t kMaxGridYZ = 65535;
@@ -146,14 +175,17 @@ Status cuda_sm80_forward_supported(const ForwardParams& p) {
     return not_supported("no usable CUDA device");
   }
   if (major < 8) return not_supported("compute capability " + std::to_string(major) + ".x (needs 8.0 or later)");
-  const ForwardTiles tiles = sm80::forward_tiles(inst->head_dim);
+  // The launcher picks the kernel variant by the same test.
+  const bool score_mods = kernel_params(p).has_score_mods();
+  const ForwardTiles tiles = sm80::forward_tiles(inst->head_dim, inst->head_dim_v, score_mods);
   if (smem_optin < tiles.smem_bytes())
     return not_supported("head_dim " + std::to_string(d.head_dim) + " needs " + std::to_string(tiles.smem_bytes()) +
                          " bytes of shared memory per block, the device has " + std::to_string(smem_optin));
 
   const struct { const void* ptr; const char* name; } pointers[] = {
       {p.q.data, "q"}, {p.k.data, "k"}, {p.v.data, "v"}, {p.o.data, "o"}, {p.maybe_lse, "maybe_lse"},
-      {p.maybe_cu_seqlens_q, "maybe_cu_seqlens_q"}, {p.maybe_cu_seqlens_k, "maybe_cu_seqlens_k"}};
+      {p.maybe_cu_seqlens_q, "maybe_cu_seqlens_q"}, {p.maybe_cu_seqlens_k, "maybe_cu_seqlens_k"},
+      {p.maybe_alibi_slopes, "maybe_alibi_slopes"}, {p.maybe_bias.data, "maybe_bias"}, {p.maybe_mask.data, "maybe_mask"}};
   for (const auto& ptr : pointers)
     if (ptr.ptr != nullptr && !on_device(ptr.ptr, device))
       return not_supported(std::string(ptr.name) + " is not device memory of the current device");

@@ -8,6 +8,13 @@
 //   2 stages:  wait K(n) | issue K(n-1) | S = Q K(n)^T, mask, softmax | wait V(n) | issue V(n-1) | o += P V(n)
 // With one stage each load hides behind one GEMM; with two, behind a whole iteration. A second
 // resident block per multiprocessor covers what remains.
+//
+// kScoreMods: the variant with softcap, ALiBi, bias and mask (score_mods.cuh), launched only when
+// one is on, so that the plain path carries none of it. In that variant the barrier before K(n)
+// is issued is a __syncthreads_or over the mask bytes of tile n (the first tile's gets a barrier
+// of its own): a tile that the mask hides entirely is neither loaded (its commit groups stay
+// empty, so the group count holds), multiplied nor fed to the softmax. A block that skips every
+// tile ends with O = 0 and lse = -inf.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,6 +28,7 @@
 #include "cuda/sm80/kernel_params.hpp"
 #include "cuda/sm80/mask.cuh"
 #include "cuda/sm80/policy.hpp"
+#include "cuda/sm80/score_mods.cuh"
 #include "cuda/sm80/softmax.cuh"
 #include "cuda/sm80/tile_load.cuh"
 #include "cuda/sm80/warp_gemm.cuh"
@@ -63,27 +71,32 @@ __device__ __forceinline__ void apply_band_mask(cuda::FragC (&s)[kMTiles][kNTile
     }
 }
 
-template <int kHeadDim, class T>
-__global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(),
-                                  ForwardPolicy<kHeadDim>::kTiles.min_blocks)
+template <int kHeadDim, int kHeadDimV, class T, bool kScoreMods>
+__global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles.threads(),
+                                  ForwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles.min_blocks)
     forward_kernel(const ForwardKernelParams p) {
-  constexpr ForwardTiles kTiles = ForwardPolicy<kHeadDim>::kTiles;
+  constexpr ForwardTiles kTiles = ForwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles;
   constexpr int kBlockM = kTiles.block_m, kBlockN = kTiles.block_n, kThreads = kTiles.threads();
   constexpr int kMTiles = kTiles.warp_rows() / 16;  // m16 tiles per warp
   constexpr int kNTiles = kBlockN / 8;              // n8 tiles of S per K tile
-  constexpr int kDTiles = kHeadDim / 8;             // n8 tiles of o
+  constexpr int kDTiles = kHeadDimV / 8;            // n8 tiles of o
   constexpr int kStages = kTiles.stages;
   using QTile = cuda::SwizzledTile<kBlockM, kHeadDim>;
-  using KVTile = cuda::SwizzledTile<kBlockN, kHeadDim>;
+  using OTile = cuda::SwizzledTile<kBlockM, kHeadDimV>;  // the epilogue's, over the Q tile
+  using KTile = cuda::SwizzledTile<kBlockN, kHeadDim>;
+  using VTile = cuda::SwizzledTile<kBlockN, kHeadDimV>;
   using QLoad = TileLoad<T, kBlockM, kHeadDim, kThreads>;
-  using KVLoad = TileLoad<T, kBlockN, kHeadDim, kThreads>;
+  using KLoad = TileLoad<T, kBlockN, kHeadDim, kThreads>;
+  using VLoad = TileLoad<T, kBlockN, kHeadDimV, kThreads>;
+  static_assert(QTile::kBytes <= kTiles.q_region_bytes() && OTile::kBytes <= kTiles.q_region_bytes());
 
   extern __shared__ __align__(128) char smem[];
   const uint32_t q_addr = cuda::smem_address(smem);
-  const uint32_t k_addr0 = q_addr + QTile::kBytes;            // kStages K tiles
-  const uint32_t v_addr0 = k_addr0 + kStages * KVTile::kBytes;  // kStages V tiles
+  const uint32_t k_addr0 = q_addr + kTiles.q_region_bytes();  // kStages K tiles
+  const uint32_t v_addr0 = k_addr0 + kStages * KTile::kBytes;  // kStages V tiles
   // Tile n lives in buffer n % kStages.
-  const auto buffer = [](uint32_t addr0, int n) { return addr0 + (kStages == 1 ? 0u : (n & 1) * KVTile::kBytes); };
+  const auto k_buffer = [=](int n) { return k_addr0 + (kStages == 1 ? 0u : (n & 1) * KTile::kBytes); };
+  const auto v_buffer = [=](int n) { return v_addr0 + (kStages == 1 ? 0u : (n & 1) * VTile::kBytes); };
 
   // Heaviest blocks (last rows: most keys under causal masking) launch first.
   const int m_block = gridDim.x - 1 - blockIdx.x;
@@ -108,6 +121,11 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(),
   const T* v = static_cast<const T*>(p.v) + (varlen ? 0 : b * p.v_batch_stride) + seq.k_row0 * p.v_row_stride +
                h_kv * p.v_head_stride;
 
+  [[maybe_unused]] const ScoreMods mods{b, h, band.diagonal, seq.sq, seq.sk};
+  // The mods variant's scores are final logits; the plain one's are q·k, scaled in the softmax.
+  const float softmax_scale = kScoreMods ? 1.0f : p.scale;
+  const float softmax_scale_log2 = kScoreMods ? cuda::kLog2e : p.scale_log2;
+
   cuda::FragC o[kMTiles][kDTiles];
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
@@ -119,18 +137,30 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(),
   if (n_begin < n_end) {
     const auto kv_rows = [&](int n) { return min(kBlockN, seq.sk - n * kBlockN); };
     const auto issue_k = [&](int n) {
-      KVLoad::issue(buffer(k_addr0, n), k + int64_t{n} * kBlockN * p.k_row_stride, p.k_row_stride, kv_rows(n),
-                    p.head_dim, tid);
+      KLoad::issue(k_buffer(n), k + int64_t{n} * kBlockN * p.k_row_stride, p.k_row_stride, kv_rows(n), p.head_dim,
+                   tid);
     };
     const auto issue_v = [&](int n) {
-      KVLoad::issue(buffer(v_addr0, n), v + int64_t{n} * kBlockN * p.v_row_stride, p.v_row_stride, kv_rows(n),
-                    p.head_dim, tid);
+      VLoad::issue(v_buffer(n), v + int64_t{n} * kBlockN * p.v_row_stride, p.v_row_stride, kv_rows(n),
+                   p.head_dim_v, tid);
     };
+    // A barrier that, in the mods variant, also answers "does the mask keep some key of tile n?"
+    // (check = false: the answer is false; there is no such tile).
+    const auto barrier_and_keeps = [&](bool check, int n) {
+      if constexpr (kScoreMods) {
+        return __syncthreads_or(check && mods.mask_keeps_any(p, i0, i1, n * kBlockN, min((n + 1) * kBlockN, seq.sk),
+                                                             tid, kThreads)) != 0;
+      } else {
+        __syncthreads();
+        return check;
+      }
+    };
+    bool live = kScoreMods ? barrier_and_keeps(true, n_end - 1) : true;  // tile n is not wholly masked
     QLoad::issue(q_addr, q, p.q_row_stride, i1 - i0, p.head_dim, tid);
-    issue_k(n_end - 1);
+    if (live) issue_k(n_end - 1);
     cuda::cp_async_commit();
     if constexpr (kStages == 2) {
-      issue_v(n_end - 1);
+      if (live) issue_v(n_end - 1);
       cuda::cp_async_commit();
     }
     // Policies with room keep the warp's Q fragments in registers, loaded after the first barrier.
@@ -141,48 +171,60 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(),
     for (int n = n_end - 1; n >= n_begin; --n) {
       const int j0 = n * kBlockN;
       cuda::cp_async_wait<kStages - 1>();
-      __syncthreads();  // K(n) is in; every warp is done with the buffer the next issue overwrites
+      // K(n) is in; every warp is done with the buffer the next issue overwrites.
+      bool live_next = live;  // of tile n - 1
       if constexpr (kStages == 1) {
-        issue_v(n);
-      } else if (n > n_begin) {
-        issue_k(n - 1);
+        __syncthreads();
+        if (live) issue_v(n);
+      } else {
+        live_next = barrier_and_keeps(n > n_begin, n - 1);
+        if (live_next) issue_k(n - 1);
       }
       cuda::cp_async_commit();
 
-      cuda::FragC s[kMTiles][kNTiles];
       if constexpr (kTiles.q_in_registers) {
         if (n == n_end - 1) load_q_fragments<kMTiles, kHeadDim, QTile>(q_frag, q_addr, warp_rows0, lane);
-        gemm_qk<T, kMTiles, kNTiles, kHeadDim, KVTile>(s, q_frag, buffer(k_addr0, n), lane);
-      } else {
-        gemm_qk<T, kMTiles, kNTiles, kHeadDim, QTile, KVTile>(s, q_addr, buffer(k_addr0, n), warp_rows0, lane);
       }
-      // Tiles that every row sees whole skip the per-element mask.
-      const KeyRange full = band.keys_seen_by_all(i0, i1);
-      if (j0 < full.lo || j0 + kBlockN > full.hi) apply_band_mask(s, band, i0 + warp_rows0, j0, lane);
-      softmax.update(s, o, p.scale_log2);
       cuda::FragA p_frag[kMTiles][kNTiles / 2];
-      pack_p<T>(p_frag, s);
+      if (live) {
+        cuda::FragC s[kMTiles][kNTiles];
+        if constexpr (kTiles.q_in_registers) {
+          gemm_qk<T, kMTiles, kNTiles, kHeadDim, KTile>(s, q_frag, k_buffer(n), lane);
+        } else {
+          gemm_qk<T, kMTiles, kNTiles, kHeadDim, QTile, KTile>(s, q_addr, k_buffer(n), warp_rows0, lane);
+        }
+        if constexpr (kScoreMods) mods.apply(p, s, i0 + warp_rows0, j0, lane);
+        // Tiles that every row sees whole skip the per-element mask.
+        const KeyRange full = band.keys_seen_by_all(i0, i1);
+        if (j0 < full.lo || j0 + kBlockN > full.hi) apply_band_mask(s, band, i0 + warp_rows0, j0, lane);
+        softmax.update(s, o, softmax_scale_log2);
+        pack_p<T>(p_frag, s);
+      }
 
       cuda::cp_async_wait<kStages - 1>();
-      __syncthreads();  // V(n) is in; every warp is done with the buffer the next issue overwrites
-      if (n > n_begin) {
-        if constexpr (kStages == 1) issue_k(n - 1);
-        else issue_v(n - 1);
+      // V(n) is in; every warp is done with the buffer the next issue overwrites.
+      if constexpr (kStages == 1) {
+        live_next = barrier_and_keeps(n > n_begin, n - 1);
+        if (live_next) issue_k(n - 1);
+      } else {
+        __syncthreads();
+        if (live_next) issue_v(n - 1);
       }
       cuda::cp_async_commit();
-      gemm_pv<T, kMTiles, kNTiles / 2, kDTiles, KVTile>(o, p_frag, buffer(v_addr0, n), lane);
+      if (live) gemm_pv<T, kMTiles, kNTiles / 2, kDTiles, VTile>(o, p_frag, v_buffer(n), lane);
+      if constexpr (kScoreMods) live = live_next;  // the plain variant's stays a constant true
     }
     cuda::cp_async_wait<0>();  // only empty groups remain; the epilogue reuses the Q tile
   }
 
   float lse[kMTiles][2];
-  softmax.finalize(o, p.scale, lse);
+  softmax.finalize(o, softmax_scale, lse);
 
   const int rows_valid = i1 - i0 - warp_rows0;
   T* out = static_cast<T*>(p.o) + (varlen ? 0 : b * p.o_batch_stride) +
            (int64_t{seq.q_row0} + i0 + warp_rows0) * p.o_row_stride + h * p.o_head_stride;
-  store_output<T, kMTiles, kDTiles, kHeadDim, QTile>(o, smem, warp_rows0, out, p.o_row_stride, rows_valid,
-                                                     p.head_dim, lane);
+  store_output<T, kMTiles, kDTiles, kHeadDimV, OTile>(o, smem, warp_rows0, out, p.o_row_stride, rows_valid,
+                                                      p.head_dim_v, lane);
   if (p.maybe_lse != nullptr) {
     float* lse_rows = p.maybe_lse + (varlen ? 0 : b * p.lse_batch_stride) + h * p.lse_head_stride +
                       (int64_t{seq.q_row0} + i0 + warp_rows0);

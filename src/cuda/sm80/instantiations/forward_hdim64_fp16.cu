@@ -2,5 +2,5 @@
 #include "cuda/sm80/launch_forward.cuh"
 
 namespace flashattn::detail::sm80 {
-template cudaError_t launch_forward<64, DType::kFloat16>(const ForwardKernelParams&, cudaStream_t);
+template cudaError_t launch_forward<64, 64, DType::kFloat16>(const ForwardKernelParams&, cudaStream_t);
 }  // namespace flashattn::detail::sm80
