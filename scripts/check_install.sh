@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs flashattn to a temporary prefix (the `cpu` preset's settings, tests and tools off) and
+# Installs flashattn to a temporary prefix (PRESET's settings, default `cpu`; tests and tools off) and
 # builds and runs examples/ against it: the find_package(flashattn) + flashattn::flashattn path a
 # user takes. Exits non-zero on any failure.
 #   scripts/check_install.sh            (JOBS=N sets build parallelism, default: every core;
@@ -13,8 +13,9 @@ if [[ "${KEEP:-0}" != 1 ]]; then trap 'rm -rf "$work"' EXIT; else echo "keeping 
 
 step() { echo "== $*"; }
 
-step "configure the library (preset cpu, tests and tools off)"
-(cd "$root" && cmake --preset cpu -B "$work/build" -DFLASHATTN_BUILD_TESTS=OFF -DFLASHATTN_BUILD_TOOLS=OFF)
+preset="${PRESET:-cpu}"
+step "configure the library (preset $preset, tests and tools off)"
+(cd "$root" && cmake --preset "$preset" -B "$work/build" -DFLASHATTN_BUILD_TESTS=OFF -DFLASHATTN_BUILD_TOOLS=OFF)
 step "build"
 cmake --build "$work/build" -j "$jobs"
 step "install to $work/prefix"

@@ -30,6 +30,10 @@ timed "asan tests" env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTION
 
 step "Installed package + examples/"
 timed "install + example" bash scripts/check_install.sh
+if command -v nvcc >/dev/null 2>&1; then
+  step "Installed package with the CUDA backends + examples/"
+  timed "install (CUDA) + example" env PRESET=release bash scripts/check_install.sh
+fi
 
 echo
 echo "all tests passed"
