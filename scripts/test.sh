@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: the Release suite (CUDA code compiled too when nvcc is found), the same suite
-# under ASan+UBSan, and the installed-package example. Exits non-zero on any failure.
+# under ASan+UBSan, the installed-package example, and the Python package's pytest suite in a fresh
+# virtual environment. Exits non-zero on any failure.
 # Usage: scripts/test.sh            (FLASHATTN_TEST_SEED=N replays a run's random inputs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +35,9 @@ if command -v nvcc >/dev/null 2>&1; then
   step "Installed package with the CUDA backends + examples/"
   timed "install (CUDA) + example" env PRESET=release bash scripts/check_install.sh
 fi
+
+step "Python package (fresh venv: pip install ., pytest tests/python)"
+timed "python package" bash scripts/test_python.sh
 
 echo
 echo "all tests passed"
