@@ -6,7 +6,7 @@
 #
 #   scripts/gpu_check.sh                      everything
 #   STEPS="build test" scripts/gpu_check.sh   some steps (build test sanitize sass bench)
-#   BENCH_ARGS="--dims 128 --seqlens 8192"    passed to tools/gpu/bench_sdpa.py
+#   BENCH_ARGS="--dims 128 --seqlens 8192"    passed to tools/gpu/bench_sdpa.py (default --backward)
 # Logs go to $OUT (or build/gpu-check) and the build to build/gpu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -84,5 +84,5 @@ fi
 if has bench; then
   step "forward benchmark beside PyTorch SDPA"
   PYTHONUNBUFFERED=1 python3 tools/gpu/bench_sdpa.py --lib "$BUILD/tools/gpu/libflashattn_shim.so" --json "$LOGS/bench.json" \
-      ${BENCH_ARGS:-} 2>&1 | tee "$LOGS/bench.log"
+      ${BENCH_ARGS:---backward} 2>&1 | tee "$LOGS/bench.log"
 fi

@@ -44,8 +44,9 @@ enum class Alignment : int32_t { kBottomRight = 0, kTopLeft = 1 };
 // Which implementation runs. kAuto picks the fastest that supports the problem: in a CUDA build,
 // the GPU path when q is device memory, else the CPU. The reference (fp64 textbook attention) and
 // standard (fp32, S and P materialised) backends are exact CPU baselines for tests and benchmarks.
-// kCudaSm80: FlashAttention-2-class tensor-core kernels for compute capability >= 8.0 (forward;
-// fp16/bf16; see README for the options it takes).
+// kCudaSm80: FlashAttention-2-class tensor-core kernels for compute capability >= 8.0 (fp16/bf16;
+// forward with every option, backward with a subset: see README). Its backward accumulates dQ with
+// fp32 atomics, so dQ may differ in the last bits between runs; dK and dV are deterministic.
 enum class Backend : int32_t { kAuto = 0, kCpu = 1, kReference = 2, kStandard = 3, kCudaSm80 = 4 };
 
 enum class StatusCode : int32_t {
@@ -162,8 +163,8 @@ struct BackwardParams : AttentionParams {
   Tensor dv;                       // [batch, seqlen_k, heads_kv, head_dim_v]
 };
 
-// How to run; changes speed only, never results (every backend's result is independent of the
-// thread count and bit-for-bit repeatable).
+// How to run; changes speed only, never results (every CPU backend's result is independent of the
+// thread count and bit-for-bit repeatable; see kCudaSm80 for the GPU backward's dQ).
 struct Launch {
   Backend backend = Backend::kAuto;
   int num_threads = 0;           // CPU: 0 = every hardware thread

@@ -34,6 +34,7 @@ template <void (*F)(const BackwardParams&, void*, int)>
 void run_cpu(const BackwardParams& p, void* ws, int threads, void*) { F(p, ws, threads); }
 #ifdef FLASHATTN_WITH_CUDA
 void run_cuda_sm80_forward(const ForwardParams& p, void* ws, int, void* stream) { cuda_sm80_forward(p, ws, stream); }
+void run_cuda_sm80_backward(const BackwardParams& p, void* ws, int, void* stream) { cuda_sm80_backward(p, ws, stream); }
 #endif
 
 Status check_head_dims(const AttentionParams& p, Backend b, int64_t max_dim) {
@@ -125,7 +126,11 @@ Plan<BackwardParams> select_backward(const BackwardParams& p, const Launch& laun
   const Backend b = resolve_backend(launch.backend, p);
   if (b == Backend::kCudaSm80) {
 #ifdef FLASHATTN_WITH_CUDA
-    plan.status = not_supported("backward: backend cuda-sm80 has no backward pass yet");
+    plan.device = true;
+    if ((plan.status = validate_backward(p, /*host_cu_seqlens=*/false)); !plan.status) return plan;
+    if ((plan.status = cuda_sm80_backward_supported(p)); !plan.status) return plan;
+    plan.run = run_cuda_sm80_backward;
+    plan.workspace_bytes = with_slack(cuda_sm80_backward_workspace(p));
 #else
     plan.status = no_cuda_build(b);
 #endif

@@ -23,4 +23,14 @@ size_t cuda_sm80_forward_workspace(const ForwardParams& p);
 // stream: a cudaStream_t. Launch errors are reported by the next CUDA call on the stream.
 void cuda_sm80_forward(const ForwardParams& p, void* workspace, void* stream);
 
+// FlashAttention-2 backward on mma.sync (compute capability 8.0 and later): fp16/bf16, head_dim_v
+// == head_dim, multiples of 8 up to the largest backward instantiation (128), causal in both
+// alignments, sliding window, GQA/MQA, varlen; lse is required. Refuses softcap, ALiBi, bias and
+// mask. The workspace holds the fp32 dQ accumulator and per-row D = rowsum(dO ∘ O); dQ is summed
+// with fp32 atomics, so its last bits depend on the order of the adds.
+Status cuda_sm80_backward_supported(const BackwardParams& p);
+size_t cuda_sm80_backward_workspace(const BackwardParams& p);
+// stream: a cudaStream_t. Launch errors are reported by the next CUDA call on the stream.
+void cuda_sm80_backward(const BackwardParams& p, void* workspace, void* stream);
+
 }  // namespace flashattn::detail

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Writes the sm80 forward instantiation files: one translation unit per (head dim, V head dim,
-dtype), and the list forward_list.inc that the launcher header turns into `extern template`
-declarations and the dispatch into its table. Run it after changing HEAD_DIMS, HEAD_DIM_PAIRS or
+"""Writes the sm80 instantiation files: for the forward, one translation unit per (head dim, V head
+dim, dtype), and the list forward_list.inc that the launcher header turns into `extern template`
+declarations and the dispatch into its table; for the backward, likewise one per (head dim, dtype)
+and backward_list.inc. Run it after changing HEAD_DIMS, HEAD_DIM_PAIRS, BACKWARD_HEAD_DIMS or
 DTYPES; the outputs are checked in.
 
     python3 src/cuda/generate_instantiations.py
@@ -15,6 +16,9 @@ HEAD_DIM_PAIRS = [(d, d) for d in HEAD_DIMS] + [
     (192, 128),  # DeepSeek's MLA shape: V narrower than Q and K
     (64, 128),  # V wider than Q and K
 ]
+# Each needs a case in backward_tiles() (sm80/backward_policy.hpp), and must be one of HEAD_DIMS
+# (CMake builds a backward file with the forward of its head dim).
+BACKWARD_HEAD_DIMS = [64, 96, 128]
 DTYPES = {"fp16": "DType::kFloat16", "bf16": "DType::kBFloat16"}
 
 OUT = pathlib.Path(__file__).resolve().parent / "sm80" / "instantiations"
@@ -47,6 +51,28 @@ def main():
             lines.append(f"FLASHATTN_SM80_FORWARD_INSTANCE({d}, {dv}, {dtype})\n")
         lines.append("#endif\n")
     (OUT / "forward_list.inc").write_text("".join(lines))
+    write_backward()
+
+
+def write_backward():
+    for old in OUT.glob("backward_hdim*.cu"):
+        old.unlink()
+    for d in BACKWARD_HEAD_DIMS:
+        for name, dtype in DTYPES.items():
+            (OUT / f"backward_hdim{d}_{name}.cu").write_text(
+                HEADER
+                + '#include "cuda/sm80/backward_launch.cuh"\n\n'
+                + "namespace flashattn::detail::sm80 {\n"
+                + f"template cudaError_t launch_backward<{d}, {dtype}>(const BackwardKernelParams&, cudaStream_t);\n"
+                + "}  // namespace flashattn::detail::sm80\n"
+            )
+    lines = [HEADER, "// FLASHATTN_SM80_BACKWARD_INSTANCE(head_dim, dtype) for each built instantiation.\n"]
+    for d in BACKWARD_HEAD_DIMS:
+        lines.append(f"#ifdef FLASHATTN_SM80_HDIM_{d}\n")
+        for dtype in DTYPES.values():
+            lines.append(f"FLASHATTN_SM80_BACKWARD_INSTANCE({d}, {dtype})\n")
+        lines.append("#endif\n")
+    (OUT / "backward_list.inc").write_text("".join(lines))
 
 
 if __name__ == "__main__":

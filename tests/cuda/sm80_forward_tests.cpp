@@ -767,11 +767,6 @@ TEST(Sm80ForwardSmallSupport, PublicApiSelection) {
   CUDA_OK(cudaDeviceSynchronize());
   pb.o.download();
   for (uint16_t x : pb.o.host) ASSERT_EQ(x, 0xffff) << "a refused call wrote the output";
-  flashattn::BackwardParams bp;
-  static_cast<flashattn::AttentionParams&>(bp) = pb.params();
-  st = flashattn::backward(bp, gpu);
-  EXPECT_EQ(st.code, StatusCode::kNotSupported);
-  EXPECT_NE(st.message.find("backward"), std::string::npos) << st.message;
 }
 
 }  // namespace

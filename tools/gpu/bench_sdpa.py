@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Forward speed of flashattn's sm80 kernel beside PyTorch SDPA's backends, in one process, on the
-same inputs, timed the same way (CUDA events around each call, median after warm-up).
+"""Forward (and, with --backward, backward) speed of flashattn's sm80 kernels beside PyTorch SDPA's
+backends, in one process, on the same inputs, timed the same way (CUDA events around each call,
+median after warm-up). Backward FLOPs are 2.5x the forward's; SDPA's backward is timed as
+torch.autograd.grad of a retained graph, which runs only its backward kernels.
 
 Grid of issue 3's bar: bf16, 16k total tokens, hidden 2048 (batch = 16384 / n, heads = 2048 / d),
 n in 2k / 8k / 16k, d in 64 / 128 / 256, causal and not. FLOPs as the FlashAttention papers count
@@ -32,6 +34,24 @@ class Ours:
                                                                               ctypes.c_int]
         f.restype = ctypes.c_int
         self.msg = ctypes.create_string_buffer(512)
+        g = self.lib.flashattn_shim_backward
+        g.argtypes = [ctypes.c_void_p] * 10 + [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int] + [i64] * 6 + \
+            [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+        g.restype = ctypes.c_int
+
+    def backward(self, q, k, v, o, do, lse, dq, dk, dv, causal, workspace=None):
+        """With workspace None: returns the bytes of workspace the call needs. Else runs it."""
+        b, sq, hq, d = q.shape
+        sk, hkv = k.shape[1], k.shape[2]
+        nbytes = ctypes.c_size_t(workspace.numel() if workspace is not None else 0)
+        rc = self.lib.flashattn_shim_backward(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), do.data_ptr(),
+                                              lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+                                              workspace.data_ptr() if workspace is not None else None,
+                                              ctypes.byref(nbytes), DTYPES[q.dtype], b, sq, sk, hq, hkv, d,
+                                              int(causal), 0, None, self.msg, 512)
+        if rc != 0:
+            raise RuntimeError(self.msg.value.decode())
+        return nbytes.value
 
     def __call__(self, q, k, v, o, lse, causal, top_left=False):
         b, sq, hq, d = q.shape
@@ -57,6 +77,32 @@ def time_ms(fn, warmup=3, reps=10):
     return statistics.median(times)
 
 
+def backward_row(ours, row, q, k, v, o, lse, causal, flops):
+    """Times SDPA flash's backward and ours (where our backend takes the shape) on the same dO."""
+    do = torch.randn_like(q)
+    qg, kg, vg = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+    dot = do.transpose(1, 2)
+    grads = lambda: torch.autograd.grad(out, (qg, kg, vg), dot, retain_graph=True)
+    dq_flash = grads()[0]
+    ms = time_ms(grads)
+    row["flash_bwd_ms"], row["flash_bwd_tflops"] = ms, flops / ms / 1e9
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    try:
+        nbytes = ours.backward(q, k, v, o, do, lse, dq, dk, dv, causal)
+        ws = torch.empty(max(nbytes, 1), dtype=torch.uint8, device="cuda")
+        dq.fill_(float("nan"))
+        ours.backward(q, k, v, o, do, lse, dq, dk, dv, causal, ws)
+        torch.cuda.synchronize()
+        row["bwd_max_abs_diff_dq"] = (dq.transpose(1, 2).float() - dq_flash.float()).abs().max().item()
+        ms = time_ms(lambda: ours.backward(q, k, v, o, do, lse, dq, dk, dv, causal, ws))
+        row["ours_bwd_ms"], row["ours_bwd_tflops"] = ms, flops / ms / 1e9
+    except RuntimeError as e:  # a head dim our backward does not take yet is reported, not fatal
+        row["ours_bwd_error"] = str(e)[:120]
+    del out, qg, kg, vg, dq_flash, dq, dk, dv, do
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", required=True)
@@ -66,6 +112,7 @@ def main():
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     ap.add_argument("--backends", default="flash,cudnn,efficient,math")
     ap.add_argument("--math-max-n", type=int, default=2048, help="math backend only up to this n (memory, time)")
+    ap.add_argument("--backward", action="store_true", help="also time the backward (ours where supported, SDPA flash)")
     args = ap.parse_args()
 
     ours = Ours(args.lib)
@@ -108,11 +155,24 @@ def main():
                         del ref
                     except Exception as e:  # a backend that does not take the shape is reported, not fatal
                         row[f"{name}_error"] = str(e).splitlines()[0][:120]
+                if args.backward:
+                    backward_row(ours, row, q, k, v, o, lse, causal, flops * 2.5)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 del q, k, v, o, lse, qt, kt, vt
                 torch.cuda.empty_cache()
 
+    if args.backward:
+        print()
+        print("backward TFLOP/s (2.5x forward FLOPs), " + args.dtype + ", 16k tokens, hidden 2048")
+        print(f"{'d':>4} {'n':>6} {'causal':>6} {'ours':>7} {'flash':>7} {'ours/flash':>10} {'max |dq-dq_flash|':>18}")
+        for r in rows:
+            ours_t = f"{r['ours_bwd_tflops']:7.1f}" if "ours_bwd_tflops" in r else f"{'-':>7}"
+            flash_t = f"{r['flash_bwd_tflops']:7.1f}" if "flash_bwd_tflops" in r else f"{'-':>7}"
+            ratio = r["ours_bwd_tflops"] / r["flash_bwd_tflops"] if "ours_bwd_tflops" in r and "flash_bwd_tflops" in r \
+                else float("nan")
+            print(f"{r['d']:>4} {r['n']:>6} {str(r['causal']):>6} {ours_t} {flash_t} {ratio:10.2f} "
+                  f"{r.get('bwd_max_abs_diff_dq', float('nan')):18.1e}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -41,3 +41,60 @@ extern "C" int flashattn_shim_forward(const void* q, const void* k, const void* 
   }
   return 0;
 }
+
+namespace {
+flashattn::BackwardParams backward_params(const void* q, const void* k, const void* v, const void* o, const void* d_o,
+                                          const float* lse, void* dq, void* dk, void* dv, int dtype, int64_t batch,
+                                          int64_t seqlen_q, int64_t seqlen_k, int64_t heads_q, int64_t heads_kv,
+                                          int64_t head_dim, int causal, int top_left) {
+  flashattn::BackwardParams p;
+  p.dtype = static_cast<flashattn::DType>(dtype);
+  p.batch = batch;
+  p.seqlen_q = seqlen_q;
+  p.seqlen_k = seqlen_k;
+  p.heads_q = heads_q;
+  p.heads_kv = heads_kv;
+  p.head_dim = head_dim;
+  p.q = flashattn::contiguous(q, seqlen_q, heads_q, head_dim);
+  p.k = flashattn::contiguous(k, seqlen_k, heads_kv, head_dim);
+  p.v = flashattn::contiguous(v, seqlen_k, heads_kv, head_dim);
+  p.o = flashattn::contiguous(o, seqlen_q, heads_q, head_dim);
+  p.d_o = flashattn::contiguous(d_o, seqlen_q, heads_q, head_dim);
+  p.dq = flashattn::contiguous(dq, seqlen_q, heads_q, head_dim);
+  p.dk = flashattn::contiguous(dk, seqlen_k, heads_kv, head_dim);
+  p.dv = flashattn::contiguous(dv, seqlen_k, heads_kv, head_dim);
+  p.lse = lse;
+  p.lse_batch_stride = heads_q * seqlen_q;
+  p.lse_head_stride = seqlen_q;
+  p.causal = causal != 0;
+  p.alignment = top_left ? flashattn::Alignment::kTopLeft : flashattn::Alignment::kBottomRight;
+  return p;
+}
+}  // namespace
+
+// The backward through the public API (backend cuda-sm80). With workspace == NULL it only writes the
+// workspace size the call needs to *workspace_bytes. Returns 0 or the StatusCode (message in `message`).
+extern "C" int flashattn_shim_backward(const void* q, const void* k, const void* v, const void* o, const void* d_o,
+                                       const float* lse, void* dq, void* dk, void* dv, void* workspace,
+                                       size_t* workspace_bytes, int dtype, int64_t batch, int64_t seqlen_q,
+                                       int64_t seqlen_k, int64_t heads_q, int64_t heads_kv, int64_t head_dim,
+                                       int causal, int top_left, void* stream, char* message, int message_bytes) {
+  const flashattn::BackwardParams p = backward_params(q, k, v, o, d_o, lse, dq, dk, dv, dtype, batch, seqlen_q,
+                                                      seqlen_k, heads_q, heads_kv, head_dim, causal, top_left);
+  flashattn::Launch launch;
+  launch.backend = flashattn::Backend::kCudaSm80;
+  launch.stream = stream;
+  flashattn::Status st;
+  if (workspace == nullptr) {
+    st = flashattn::backward_workspace_size(p, launch, workspace_bytes);
+  } else {
+    launch.workspace = workspace;
+    launch.workspace_bytes = *workspace_bytes;
+    st = flashattn::backward(p, launch);
+  }
+  if (!st.ok() && message_bytes > 0) {
+    std::strncpy(message, st.message.c_str(), message_bytes - 1);
+    message[message_bytes - 1] = '\0';
+  }
+  return static_cast<int>(st.code);
+}

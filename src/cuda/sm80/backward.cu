@@ -1,0 +1,183 @@
+// Host side of the sm80 backward: the selection shared by supported(), workspace() and run(), and
+// the translation of BackwardParams into the kernels' params and workspace layout.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "core/problem.hpp"
+#include "cuda/cuda_backend.hpp"
+#include "cuda/sm80/backward_launch.hpp"
+#include "cuda/sm80/backward_params.hpp"
+#include "cuda/sm80/backward_policy.hpp"
+
+namespace flashattn::detail {
+namespace {
+
+using sm80::BackwardKernelParams;
+using sm80::BackwardTiles;
+
+struct BackwardInstance {
+  int head_dim;
+  DType dtype;
+  cudaError_t (*launch)(const BackwardKernelParams&, cudaStream_t);
+};
+
+constexpr BackwardInstance kBackwardInstances[] = {
+#define FLASHATTN_SM80_BACKWARD_INSTANCE(HEAD_DIM, DTYPE) {HEAD_DIM, DTYPE, &sm80::launch_backward<HEAD_DIM, DTYPE>},
+#include "cuda/sm80/instantiations/backward_list.inc"
+#undef FLASHATTN_SM80_BACKWARD_INSTANCE
+};
+
+Status not_supported(std::string what) {
+  return {StatusCode::kNotSupported, "cuda sm80 backward: " + std::move(what)};
+}
+
+// The smallest instantiation of p's dtype with a head dim at least p's (zero padding serves the
+// rest). Null when none.
+const BackwardInstance* pick_instance(const BackwardParams& p) {
+  const BackwardInstance* best = nullptr;
+  for (const BackwardInstance& inst : kBackwardInstances)
+    if (inst.dtype == p.dtype && inst.head_dim >= p.head_dim && (best == nullptr || inst.head_dim < best->head_dim))
+      best = &inst;
+  return best;
+}
+
+int largest_head_dim(DType dtype) {
+  int largest = 0;
+  for (const BackwardInstance& inst : kBackwardInstances)
+    if (inst.dtype == dtype && inst.head_dim > largest) largest = inst.head_dim;
+  return largest;
+}
+
+// cp.async and the row kernels move 16 bytes: every row must start on a 16-byte boundary (batch
+// strides are unused with varlen).
+template <class Tensor>
+bool aligned_16(const Tensor& t, bool varlen, size_t elem) {
+  const auto misaligned = [&](int64_t stride) { return (stride * static_cast<int64_t>(elem)) % 16 != 0; };
+  return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && !misaligned(t.row_stride) && !misaligned(t.head_stride) &&
+         (varlen || !misaligned(t.batch_stride));
+}
+
+bool on_device(const void* ptr, int device) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    cudaGetLastError();  // the failed query leaves an error behind; clear it
+    return false;
+  }
+  return (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) && attr.device == device;
+}
+
+BackwardKernelParams kernel_params(const BackwardParams& p, void* workspace) {
+  const Dims d = resolve_dims(p);
+  BackwardKernelParams k{};
+  k.q = p.q.data, k.k = p.k.data, k.v = p.v.data, k.o = p.o.data, k.d_o = p.d_o.data, k.lse = p.lse;
+  k.dq = p.dq.data, k.dk = p.dk.data, k.dv = p.dv.data;
+  k.q_batch_stride = p.q.batch_stride, k.q_row_stride = p.q.row_stride, k.q_head_stride = p.q.head_stride;
+  k.k_batch_stride = p.k.batch_stride, k.k_row_stride = p.k.row_stride, k.k_head_stride = p.k.head_stride;
+  k.v_batch_stride = p.v.batch_stride, k.v_row_stride = p.v.row_stride, k.v_head_stride = p.v.head_stride;
+  k.o_batch_stride = p.o.batch_stride, k.o_row_stride = p.o.row_stride, k.o_head_stride = p.o.head_stride;
+  k.do_batch_stride = p.d_o.batch_stride, k.do_row_stride = p.d_o.row_stride, k.do_head_stride = p.d_o.head_stride;
+  k.dq_batch_stride = p.dq.batch_stride, k.dq_row_stride = p.dq.row_stride, k.dq_head_stride = p.dq.head_stride;
+  k.dk_batch_stride = p.dk.batch_stride, k.dk_row_stride = p.dk.row_stride, k.dk_head_stride = p.dk.head_stride;
+  k.dv_batch_stride = p.dv.batch_stride, k.dv_row_stride = p.dv.row_stride, k.dv_head_stride = p.dv.head_stride;
+  k.lse_batch_stride = p.lse_batch_stride;
+  k.lse_head_stride = p.lse_head_stride;
+  k.maybe_cu_seqlens_q = p.maybe_cu_seqlens_q;
+  k.maybe_cu_seqlens_k = p.maybe_cu_seqlens_k;
+
+  const int64_t rows = d.batch * d.heads_q * d.seqlen_q;
+  const uintptr_t base = reinterpret_cast<uintptr_t>(workspace);
+  const uintptr_t aligned = (base + sm80::kWorkspaceAlignment - 1) / sm80::kWorkspaceAlignment * sm80::kWorkspaceAlignment;
+  k.dq_accum = reinterpret_cast<float*>(aligned);
+  k.delta = k.dq_accum + rows * d.head_dim;
+  k.lse_log2 = k.delta + rows;
+
+  k.batch = static_cast<int>(d.batch);
+  k.seqlen_q = static_cast<int>(d.seqlen_q);
+  k.seqlen_k = static_cast<int>(d.seqlen_k);
+  k.heads_q = static_cast<int>(d.heads_q);
+  k.group = static_cast<int>(d.group);
+  k.head_dim = static_cast<int>(d.head_dim);
+  k.scale = d.scale;
+  k.scale_log2 = d.scale * kLog2e;
+  k.bottom_right = p.alignment == Alignment::kBottomRight;
+  // As the forward: causal is window_right = min(window_right, 0) (0 when unbounded); windows of
+  // seqlen_q + seqlen_k or more hide nothing, so clamping there keeps indices in 32 bits.
+  const int64_t right = p.causal ? (p.window_right < 0 ? 0 : std::min<int64_t>(p.window_right, 0)) : p.window_right;
+  const auto clamp_window = [&](int64_t w) { return static_cast<int>(w < 0 ? -1 : std::min(w, d.seqlen_q + d.seqlen_k)); };
+  k.window_left = clamp_window(p.window_left);
+  k.window_right = clamp_window(right);
+  return k;
+}
+
+}  // namespace
+
+Status cuda_sm80_backward_supported(const BackwardParams& p) {
+  if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16)
+    return not_supported("dtype fp32 (takes fp16 and bf16)");
+  const Dims d = resolve_dims(p);
+  if (d.head_dim_v != d.head_dim)
+    return not_supported("head_dim_v " + std::to_string(d.head_dim_v) + " != head_dim " + std::to_string(d.head_dim));
+  if (d.head_dim % 8 != 0)
+    return not_supported("head_dim " + std::to_string(d.head_dim) + " (takes multiples of 8)");
+  if (pick_instance(p) == nullptr)
+    return not_supported("head_dim " + std::to_string(d.head_dim) + " (the largest built is " +
+                         std::to_string(largest_head_dim(p.dtype)) + ")");
+  if (p.softcap != 0.0f) return not_supported("softcap");
+  if (p.maybe_alibi_slopes != nullptr) return not_supported("ALiBi (maybe_alibi_slopes)");
+  if (p.maybe_bias.data != nullptr) return not_supported("additive bias (maybe_bias)");
+  if (p.maybe_mask.data != nullptr) return not_supported("boolean mask (maybe_mask)");
+  if (p.lse == nullptr) return not_supported("lse is required");
+  if (!(d.scale > 0.0f) || !std::isfinite(d.scale))
+    return not_supported("softmax_scale " + std::to_string(d.scale) + " (takes finite positive scales)");
+  constexpr int64_t kMaxGridYZ = 65535;
+  if (d.seqlen_q + d.seqlen_k > std::numeric_limits<int32_t>::max())
+    return not_supported("seqlen_q + seqlen_k above 2^31 - 1 (32-bit row indices)");
+  if (d.heads_q > kMaxGridYZ || d.batch > kMaxGridYZ)
+    return not_supported("heads_q and batch must be at most 65535 (grid dimensions)");
+
+  const size_t elem = dtype_size(p.dtype);
+  const struct { const ConstTensor t; const char* name; } tensors[] = {
+      {p.q, "q"}, {p.k, "k"}, {p.v, "v"}, {p.o, "o"}, {p.d_o, "d_o"}, {p.dq, "dq"}, {p.dk, "dk"}, {p.dv, "dv"}};
+  for (const auto& t : tensors)
+    if (!aligned_16(t.t, d.varlen, elem))
+      return not_supported(std::string(t.name) + ": data and strides must be 16-byte aligned");
+
+  int device = 0, major = 0, smem_optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    cudaGetLastError();
+    return not_supported("no usable CUDA device");
+  }
+  if (major < 8) return not_supported("compute capability " + std::to_string(major) + ".x (needs 8.0 or later)");
+  const BackwardTiles tiles = sm80::backward_tiles(pick_instance(p)->head_dim);
+  if (smem_optin < tiles.smem_bytes())
+    return not_supported("head_dim " + std::to_string(d.head_dim) + " needs " + std::to_string(tiles.smem_bytes()) +
+                         " bytes of shared memory per block, the device has " + std::to_string(smem_optin));
+
+  const struct { const void* ptr; const char* name; } pointers[] = {
+      {p.q.data, "q"}, {p.k.data, "k"}, {p.v.data, "v"}, {p.o.data, "o"}, {p.d_o.data, "d_o"}, {p.lse, "lse"},
+      {p.dq.data, "dq"}, {p.dk.data, "dk"}, {p.dv.data, "dv"},
+      {p.maybe_cu_seqlens_q, "maybe_cu_seqlens_q"}, {p.maybe_cu_seqlens_k, "maybe_cu_seqlens_k"}};
+  for (const auto& ptr : pointers)
+    if (ptr.ptr != nullptr && !on_device(ptr.ptr, device))
+      return not_supported(std::string(ptr.name) + " is not device memory of the current device");
+  return {};
+}
+
+size_t cuda_sm80_backward_workspace(const BackwardParams& p) {
+  const Dims d = resolve_dims(p);
+  return static_cast<size_t>(sm80::backward_workspace_bytes(d.batch, d.heads_q, d.seqlen_q, d.head_dim));
+}
+
+void cuda_sm80_backward(const BackwardParams& p, void* workspace, void* stream) {
+  const BackwardInstance* inst = pick_instance(p);
+  if (inst == nullptr || p.batch == 0 || p.heads_q == 0 || (p.seqlen_q == 0 && p.seqlen_k == 0)) return;
+  inst->launch(kernel_params(p, workspace), static_cast<cudaStream_t>(stream));
+}
+
+}  // namespace flashattn::detail

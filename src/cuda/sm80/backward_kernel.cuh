@@ -1,0 +1,360 @@
+// FlashAttention-2 backward for sm_80 and later, on mma.sync, in three kernels:
+//   1. preprocess: D = rowsum(dO ∘ O) and lse·log2(e) per query row into the workspace, and the
+//      row's fp32 dQ accumulator zeroed;
+//   2. the main kernel: one thread block per (Bc keys, kv head, batch) keeps K and V of its keys in
+//      shared memory and dK, dV in registers, and walks the Br-row query tiles that see its keys,
+//      for every query head of its GQA group (no partial dK/dV per query head, no reduction):
+//        S^T  = K Q^T                     P^T = exp2(S^T scale log2e - lse log2e)
+//        dP^T = V dO^T                    dS^T = P^T ∘ (dP^T - D)
+//        dV  += P^T dO                    dK  += dS^T Q
+//        dQ  += dS K  (fp32 atomic adds into the workspace; the warps split the query rows here)
+//      Each warp owns 16 keys, so P^T and dS^T leave the accumulators as A operands directly.
+//   3. convert: dQ = scale · accumulator, rounded to the storage type.
+// dK is scaled once in the epilogue. Rows that see no key (lse = -inf) have lse·log2e = +inf, so
+// their P is exp2(-inf) = 0 and they contribute nothing: dQ = 0 there.
+//
+// The dQ atomics make dQ depend on the order in which blocks add, in the last bits (dK and dV do
+// not: each is owned by one block and accumulated in a fixed order).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/primitives/cp_async.cuh"
+#include "cuda/primitives/ldmatrix.cuh"
+#include "cuda/primitives/math.cuh"
+#include "cuda/primitives/smem_tile.cuh"
+#include "cuda/sm80/backward_params.hpp"
+#include "cuda/sm80/backward_policy.hpp"
+#include "cuda/sm80/epilogue.cuh"
+#include "cuda/sm80/mask.cuh"
+#include "cuda/sm80/tile_load.cuh"
+#include "cuda/sm80/warp_gemm.cuh"
+
+namespace flashattn::detail::sm80 {
+
+// Where this block's sequence lives: its lengths and the first row of the q-side and k-side tensors.
+struct BackwardSequence {
+  int sq, sk;
+  int q_row0, k_row0;  // varlen: rows into the packed tensors; else 0 (batch strides apply)
+};
+
+__device__ __forceinline__ BackwardSequence backward_sequence(const BackwardKernelParams& p, int b) {
+  if (p.maybe_cu_seqlens_q != nullptr) {
+    const int q0 = p.maybe_cu_seqlens_q[b], k0 = p.maybe_cu_seqlens_k[b];
+    return {p.maybe_cu_seqlens_q[b + 1] - q0, p.maybe_cu_seqlens_k[b + 1] - k0, q0, k0};
+  }
+  return {p.seqlen_q, p.seqlen_k, 0, 0};
+}
+
+// Element offset of (row i, head h) of sequence b in a q-side or k-side tensor.
+__device__ __forceinline__ int64_t row_offset(bool varlen, int b, int row0, int i, int h, int64_t batch_stride,
+                                              int64_t row_stride, int64_t head_stride) {
+  return (varlen ? 0 : b * batch_stride) + (int64_t{row0} + i) * row_stride + h * head_stride;
+}
+
+// Index of (b, h, i) in the workspace arrays.
+__device__ __forceinline__ int64_t workspace_row(const BackwardKernelParams& p, int b, int h, int i) {
+  return (int64_t{b} * p.heads_q + h) * p.seqlen_q + i;
+}
+
+template <class T> struct Pair;
+template <> struct Pair<__half> {
+  __device__ static float2 to_float2(uint32_t x) { return __half22float2(*reinterpret_cast<const __half2*>(&x)); }
+};
+template <> struct Pair<__nv_bfloat16> {
+  __device__ static float2 to_float2(uint32_t x) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x));
+  }
+};
+
+// The row kernels (1 and 3): one warp per query row, 8 elements per lane, so head dims up to 256.
+inline constexpr int kRowKernelWarps = 4;
+inline constexpr int kRowsPerWarp = 4;
+inline constexpr int kRowsPerRowBlock = kRowKernelWarps * kRowsPerWarp;
+
+template <class T>
+__global__ void __launch_bounds__(kRowKernelWarps * 32) backward_preprocess_kernel(const BackwardKernelParams p) {
+  const int h = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const BackwardSequence seq = backward_sequence(p, b);
+  const bool varlen = p.maybe_cu_seqlens_q != nullptr;
+  const bool has_chunk = lane * 8 < p.head_dim;
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int i = blockIdx.x * kRowsPerRowBlock + warp * kRowsPerWarp + r;
+    if (i >= seq.sq) return;
+    float dot = 0.0f;
+    if (has_chunk) {
+      const T* o = static_cast<const T*>(p.o) +
+                   row_offset(varlen, b, seq.q_row0, i, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+      const T* d_o = static_cast<const T*>(p.d_o) +
+                     row_offset(varlen, b, seq.q_row0, i, h, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
+      const uint4 ov = *reinterpret_cast<const uint4*>(o + lane * 8);
+      const uint4 dv = *reinterpret_cast<const uint4*>(d_o + lane * 8);
+      const uint32_t os[4] = {ov.x, ov.y, ov.z, ov.w}, ds[4] = {dv.x, dv.y, dv.z, dv.w};
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const float2 a = Pair<T>::to_float2(os[x]), c = Pair<T>::to_float2(ds[x]);
+        dot = fmaf(a.x, c.x, fmaf(a.y, c.y, dot));
+      }
+    }
+#pragma unroll
+    for (int mask = 16; mask >= 1; mask /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, mask);
+    const int64_t row = workspace_row(p, b, h, i);
+    if (lane == 0) {
+      const float lse = p.lse[(varlen ? 0 : b * p.lse_batch_stride) + h * p.lse_head_stride + seq.q_row0 + i];
+      p.delta[row] = dot;
+      p.lse_log2[row] = lse == -INFINITY ? INFINITY : lse * cuda::kLog2e;
+    }
+    if (has_chunk) {
+      float4* acc = reinterpret_cast<float4*>(p.dq_accum + row * p.head_dim + lane * 8);
+      acc[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      acc[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kRowKernelWarps * 32) backward_convert_dq_kernel(const BackwardKernelParams p) {
+  const int h = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const BackwardSequence seq = backward_sequence(p, b);
+  const bool varlen = p.maybe_cu_seqlens_q != nullptr;
+  if (lane * 8 >= p.head_dim) return;
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int i = blockIdx.x * kRowsPerRowBlock + warp * kRowsPerWarp + r;
+    if (i >= seq.sq) return;
+    const float4* acc = reinterpret_cast<const float4*>(p.dq_accum + workspace_row(p, b, h, i) * p.head_dim + lane * 8);
+    const float4 lo = acc[0], hi = acc[1];
+    const float s = p.scale;
+    uint4 out;
+    out.x = cuda::MmaType<T>::pack(lo.x * s, lo.y * s);
+    out.y = cuda::MmaType<T>::pack(lo.z * s, lo.w * s);
+    out.z = cuda::MmaType<T>::pack(hi.x * s, hi.y * s);
+    out.w = cuda::MmaType<T>::pack(hi.z * s, hi.w * s);
+    T* dq = static_cast<T*>(p.dq) +
+            row_offset(varlen, b, seq.q_row0, i, h, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
+    *reinterpret_cast<uint4*>(dq + lane * 8) = out;
+  }
+}
+
+// Scores of S^T (rows: the warp's 16 keys from j_row0; columns: queries from i0) outside the band
+// become -inf.
+template <int kQTiles>
+__device__ __forceinline__ void apply_band_mask_transposed(cuda::FragC (&st)[1][kQTiles], const Band& band, int i0,
+                                                           int j_row0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < kQTiles; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const KeyRange keys = band.visible_keys(i0 + nt * 8 + 2 * t + e);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int j = j_row0 + g + 8 * r;
+        if (j < keys.lo || j >= keys.hi) st[0][nt].x[2 * r + e] = -INFINITY;
+      }
+    }
+}
+
+// dQ += dS K for one warp's 16 query rows, added into the fp32 accumulator rows dq_rows (row
+// stride head_dim). dS comes from the dS^T tile in shared memory (its transpose through
+// ldmatrix.trans), K is the B operand the way P·V reads V. The head dim goes kDTilesPerPass n8
+// tiles at a time, so that only those accumulators are live beside dK and dV.
+// Of the head dim, the warp takes kDTiles n8 tiles from d_tile0 (the warps that share query rows
+// split it).
+template <class T, int kKeySteps, int kDTiles, class DsTile, class KTile>
+__device__ __forceinline__ void gemm_ds_k_accumulate(float* dq_rows, int rows_valid, int head_dim, uint32_t ds_smem,
+                                                     uint32_t k_smem, int q_rows0, int d_tile0, int lane) {
+  constexpr int kDTilesPerPass = kDTiles % 4 == 0 ? 4 : 2;
+  static_assert(kDTiles % kDTilesPerPass == 0);
+  // ldmatrix.x4.trans lane roles: (keys 0-7, queries 0-7), (keys 0-7, queries 8-15),
+  // (keys 8-15, queries 0-7), (keys 8-15, queries 8-15) as a0..a3 of dS.
+  const uint32_t a_offset = DsTile::offset((lane & 7) + ((lane >> 4) << 3), q_rows0 / 8 + ((lane >> 3) & 1));
+  cuda::FragA ds[kKeySteps];
+#pragma unroll
+  for (int kk = 0; kk < kKeySteps; ++kk)
+    cuda::ldmatrix_x4_trans(ds[kk].x, ds_smem + DsTile::advance(a_offset, 16 * kk, 0));
+  const uint32_t b_offset = KTile::offset((lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int pass = 0; pass < kDTiles / kDTilesPerPass; ++pass) {
+    cuda::FragC dq[kDTilesPerPass];
+#pragma unroll
+    for (int dt = 0; dt < kDTilesPerPass; ++dt) dq[dt] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int kk = 0; kk < kKeySteps; ++kk)
+#pragma unroll
+      for (int dp = 0; dp < kDTilesPerPass / 2; ++dp) {
+        uint32_t b[4];
+        cuda::ldmatrix_x4_trans(b, k_smem + KTile::advance(b_offset, 16 * kk, d_tile0 + 2 * (pass * kDTilesPerPass / 2 + dp)));
+        cuda::mma_m16n8k16<T>(dq[2 * dp], ds[kk], {b[0], b[1]});
+        cuda::mma_m16n8k16<T>(dq[2 * dp + 1], ds[kk], {b[2], b[3]});
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = g + 8 * r;
+      if (row >= rows_valid) continue;
+#pragma unroll
+      for (int dt = 0; dt < kDTilesPerPass; ++dt) {
+        const int col = (d_tile0 + pass * kDTilesPerPass + dt) * 8 + 2 * t;
+        if (col < head_dim) {  // head_dim is a multiple of 8: both columns or neither
+          atomicAdd(dq_rows + int64_t{row} * head_dim + col, dq[dt].x[2 * r]);
+          atomicAdd(dq_rows + int64_t{row} * head_dim + col + 1, dq[dt].x[2 * r + 1]);
+        }
+      }
+    }
+  }
+}
+
+template <int kHeadDim, class T>
+__global__ void __launch_bounds__(BackwardPolicy<kHeadDim>::kTiles.threads(), BackwardPolicy<kHeadDim>::kTiles.min_blocks)
+    backward_kernel(const BackwardKernelParams p) {
+  constexpr BackwardTiles kTiles = BackwardPolicy<kHeadDim>::kTiles;
+  constexpr int kBlockM = kTiles.block_m, kBlockN = kTiles.block_n, kThreads = kTiles.threads();
+  constexpr int kQTiles = kBlockM / 8;   // n8 tiles of S^T (queries)
+  constexpr int kDTiles = kHeadDim / 8;  // n8 tiles of dK, dV, dQ
+  using KTile = cuda::SwizzledTile<kBlockN, kHeadDim>;  // K and V
+  using QTile = cuda::SwizzledTile<kBlockM, kHeadDim>;  // Q and dO
+  using DsTile = cuda::SwizzledTile<kBlockN, kBlockM>;  // dS^T: rows keys, columns queries
+  using KLoad = TileLoad<T, kBlockN, kHeadDim, kThreads>;
+  using QLoad = TileLoad<T, kBlockM, kHeadDim, kThreads>;
+  static_assert(KTile::kBytes == kTiles.tile_bytes(kBlockN) && QTile::kBytes == kTiles.tile_bytes(kBlockM));
+  static_assert(DsTile::kBytes == kTiles.ds_bytes());
+  // dQ: warps split the Br rows in m16 tiles, then the head dim.
+  constexpr int kRowGroups = kBlockM / 16, kDSplit = kTiles.warps / kRowGroups;
+
+  extern __shared__ __align__(128) char smem[];
+  const uint32_t k_addr = cuda::smem_address(smem);
+  const uint32_t v_addr = k_addr + KTile::kBytes;
+  char* q_tile = smem + 2 * KTile::kBytes;
+  char* do_tile = q_tile + QTile::kBytes;
+  const uint32_t q_addr = cuda::smem_address(q_tile), do_addr = cuda::smem_address(do_tile);
+  char* ds_tile = do_tile + QTile::kBytes;
+  const uint32_t ds_addr = cuda::smem_address(ds_tile);
+  float* lse_log2_s = reinterpret_cast<float*>(ds_tile + DsTile::kBytes);  // [kBlockM]
+  float* delta_s = lse_log2_s + kBlockM;                                                 // [kBlockM]
+
+  const int n_block = blockIdx.x, h_kv = blockIdx.y, b = blockIdx.z;
+  const BackwardSequence seq = backward_sequence(p, b);
+  const int j0 = n_block * kBlockN;
+  if (j0 >= seq.sk) return;  // varlen: this sequence is shorter than the longest
+  const int j1 = min(j0 + kBlockN, seq.sk);
+  const Band band{seq.sk, p.bottom_right ? seq.sk - seq.sq : 0, p.window_left, p.window_right};
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane >> 2, t = lane & 3;
+  const int warp_rows0 = warp * 16;  // the warp's keys in S^T, dK, dV
+  const bool varlen = p.maybe_cu_seqlens_q != nullptr;
+
+  const T* k = static_cast<const T*>(p.k) +
+               row_offset(varlen, b, seq.k_row0, j0, h_kv, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  const T* v = static_cast<const T*>(p.v) +
+               row_offset(varlen, b, seq.k_row0, j0, h_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  KLoad::issue(k_addr, k, p.k_row_stride, j1 - j0, p.head_dim, tid);
+  KLoad::issue(v_addr, v, p.v_row_stride, j1 - j0, p.head_dim, tid);
+  cuda::cp_async_commit();
+
+  cuda::FragC dk[1][kDTiles], dv[1][kDTiles];
+#pragma unroll
+  for (int dt = 0; dt < kDTiles; ++dt) dk[0][dt] = dv[0][dt] = {0.0f, 0.0f, 0.0f, 0.0f};
+
+  const int m_count = (seq.sq + kBlockM - 1) / kBlockM;
+  for (int hg = 0; hg < p.group; ++hg) {
+    const int h = h_kv * p.group + hg;
+    const T* q = static_cast<const T*>(p.q) +
+                 row_offset(varlen, b, seq.q_row0, 0, h, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+    const T* d_o = static_cast<const T*>(p.d_o) +
+                   row_offset(varlen, b, seq.q_row0, 0, h, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
+    for (int m = 0; m < m_count; ++m) {
+      const int i0 = m * kBlockM, i1 = min(i0 + kBlockM, seq.sq);
+      const KeyRange seen = band.visible_keys(i0, i1);
+      if (seen.hi <= j0 || seen.lo >= j1) continue;  // no row of this tile sees these keys
+
+      __syncthreads();  // every warp is done with the previous step's Q, dO, dS^T, lse and D
+      QLoad::issue(q_addr, q + int64_t{i0} * p.q_row_stride, p.q_row_stride, i1 - i0, p.head_dim, tid);
+      QLoad::issue(do_addr, d_o + int64_t{i0} * p.do_row_stride, p.do_row_stride, i1 - i0, p.head_dim, tid);
+      cuda::cp_async_commit();
+      if (tid < kBlockM) {
+        // Rows past the sequence end: P = 0 (and Q, dO are zero-filled).
+        const bool row_valid = i0 + tid < i1;
+        const int64_t row = workspace_row(p, b, h, row_valid ? i0 + tid : 0);
+        lse_log2_s[tid] = row_valid ? p.lse_log2[row] : INFINITY;
+        delta_s[tid] = row_valid ? p.delta[row] : 0.0f;
+      }
+      cuda::cp_async_wait<0>();
+      __syncthreads();
+
+      // S^T = K Q^T, masked, then P^T in place.
+      cuda::FragC st[1][kQTiles];
+      gemm_qk<T, 1, kQTiles, kHeadDim, KTile, QTile>(st, k_addr, q_addr, warp_rows0, lane);
+      const KeyRange full = band.keys_seen_by_all(i0, i1);
+      if (j0 < full.lo || j0 + kBlockN > full.hi) apply_band_mask_transposed(st, band, i0, j0 + warp_rows0, lane);
+#pragma unroll
+      for (int nt = 0; nt < kQTiles; ++nt) {
+        const float2 lse = *reinterpret_cast<const float2*>(lse_log2_s + nt * 8 + 2 * t);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          st[0][nt].x[2 * r] = cuda::fast_exp2(fmaf(st[0][nt].x[2 * r], p.scale_log2, -lse.x));
+          st[0][nt].x[2 * r + 1] = cuda::fast_exp2(fmaf(st[0][nt].x[2 * r + 1], p.scale_log2, -lse.y));
+        }
+      }
+
+      // dP^T = V dO^T, then dS^T = P^T ∘ (dP^T - D) in place.
+      cuda::FragC dst[1][kQTiles];
+      gemm_qk<T, 1, kQTiles, kHeadDim, KTile, QTile>(dst, v_addr, do_addr, warp_rows0, lane);
+#pragma unroll
+      for (int nt = 0; nt < kQTiles; ++nt) {
+        const float2 delta = *reinterpret_cast<const float2*>(delta_s + nt * 8 + 2 * t);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          dst[0][nt].x[2 * r] = st[0][nt].x[2 * r] * (dst[0][nt].x[2 * r] - delta.x);
+          dst[0][nt].x[2 * r + 1] = st[0][nt].x[2 * r + 1] * (dst[0][nt].x[2 * r + 1] - delta.y);
+        }
+      }
+
+      cuda::FragA pt_frag[1][kQTiles / 2], dst_frag[1][kQTiles / 2];
+      pack_p<T>(pt_frag, st);
+      pack_p<T>(dst_frag, dst);
+      // dS^T to shared memory for dQ: A fragment register x holds rows g / g + 8 (x odd), query
+      // columns 2t.. / 2t + 8.. (x >= 2) of the 16-query step kk.
+#pragma unroll
+      for (int kk = 0; kk < kQTiles / 2; ++kk)
+#pragma unroll
+        for (int x = 0; x < 4; ++x)
+          *reinterpret_cast<uint32_t*>(ds_tile + DsTile::offset(warp_rows0 + g + 8 * (x & 1), 2 * kk + (x >> 1)) +
+                                       4 * t) = dst_frag[0][kk].x[x];
+
+      gemm_pv<T, 1, kQTiles / 2, kDTiles, QTile>(dv, pt_frag, do_addr, lane);
+      gemm_pv<T, 1, kQTiles / 2, kDTiles, QTile>(dk, dst_frag, q_addr, lane);
+      __syncthreads();  // dS^T is whole
+
+      const int q_rows0 = (warp % kRowGroups) * 16;
+      gemm_ds_k_accumulate<T, kBlockN / 16, kDTiles / kDSplit, DsTile, KTile>(
+          p.dq_accum + workspace_row(p, b, h, i0 + q_rows0) * p.head_dim, i1 - i0 - q_rows0, p.head_dim, ds_addr,
+          k_addr, q_rows0, (warp / kRowGroups) * (kDTiles / kDSplit), lane);
+    }
+  }
+
+  // Epilogue: dK = scale · dS^T Q, and dV, staged over the K and V tiles they belong to.
+  cuda::cp_async_wait<0>();
+  __syncthreads();
+#pragma unroll
+  for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) dk[0][dt].x[x] *= p.scale;
+  const int rows_valid = j1 - j0 - warp_rows0;
+  T* dk_out = static_cast<T*>(p.dk) + row_offset(varlen, b, seq.k_row0, j0 + warp_rows0, h_kv, p.dk_batch_stride,
+                                                  p.dk_row_stride, p.dk_head_stride);
+  T* dv_out = static_cast<T*>(p.dv) + row_offset(varlen, b, seq.k_row0, j0 + warp_rows0, h_kv, p.dv_batch_stride,
+                                                  p.dv_row_stride, p.dv_head_stride);
+  store_output<T, 1, kDTiles, kHeadDim, KTile>(dk, smem, warp_rows0, dk_out, p.dk_row_stride, rows_valid,
+                                               p.head_dim, lane);
+  store_output<T, 1, kDTiles, kHeadDim, KTile>(dv, smem + KTile::kBytes, warp_rows0, dv_out, p.dv_row_stride, rows_valid,
+                                               p.head_dim, lane);
+}
+
+}  // namespace flashattn::detail::sm80

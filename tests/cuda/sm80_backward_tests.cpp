@@ -1,0 +1,493 @@
+// GPU tests of the sm80 backward (run on a GPU machine only; built in CI). Each case draws fresh
+// random q, k, v, dO (seed printed; FLASHATTN_TEST_SEED=N replays), computes O and lse on the host
+// in double (O rounded to the storage type), poisons dq, dk, dv with NaN, runs the backend entry
+// points and compares with the exact gradients in double. Tolerance rule, per gradient: our max
+// error <= 3x the max error of standard attention's backward computed in the same low precision
+// (S, P, dP, dS rounded to the storage type, fp32 softmax and accumulation) + a small floor.
+// Visibility from problem.hpp's visible_keys, the definition the kernel mirrors.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "core/problem.hpp"
+#include "cuda/cuda_backend.hpp"
+#include "flashattn/flashattn.hpp"
+
+namespace {
+
+using flashattn::Alignment;
+using flashattn::BackwardParams;
+using flashattn::DType;
+using flashattn::StatusCode;
+namespace fd = flashattn::detail;
+
+constexpr double kRatio = 3.0;
+constexpr double kFloor = 2e-3;  // relative to max(1, largest exact gradient)
+
+uint64_t fresh_seed(const std::string& what) {
+  uint64_t seed;
+  if (const char* env = std::getenv("FLASHATTN_TEST_SEED")) {
+    seed = std::strtoull(env, nullptr, 10);
+  } else {
+    seed = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+  }
+  std::printf("[seed] %s: FLASHATTN_TEST_SEED=%llu\n", what.c_str(), static_cast<unsigned long long>(seed));
+  std::fflush(stdout);
+  return seed;
+}
+
+uint16_t to_storage(float x, DType t) { return t == DType::kBFloat16 ? fd::float_to_bf16(x) : fd::float_to_fp16(x); }
+float from_storage(uint16_t x, DType t) { return t == DType::kBFloat16 ? fd::bf16_to_float(x) : fd::fp16_to_float(x); }
+float round_to(float x, DType t) { return from_storage(to_storage(x, t), t); }
+
+struct Case {
+  DType dtype = DType::kBFloat16;
+  int64_t batch = 1, sq = 17, sk = 17, hq = 2, hkv = 2, d = 64;
+  bool causal = false;
+  Alignment alignment = Alignment::kBottomRight;
+  int64_t window_left = -1, window_right = -1;
+  std::vector<int32_t> varlen_q, varlen_k;  // non-empty: variable-length batch
+  float scale = 0.0f;
+
+  std::string name() const {
+    std::ostringstream s;
+    s << (dtype == DType::kBFloat16 ? "bf16" : "fp16");
+    if (varlen_q.empty()) s << "_b" << batch << "_q" << sq << "_k" << sk;
+    else s << "_varlen" << varlen_q.size();
+    s << "_h" << hq << "x" << hkv << "_d" << d;
+    if (causal) s << (alignment == Alignment::kBottomRight ? "_causalBR" : "_causalTL");
+    if (window_left >= 0 || window_right >= 0) s << "_win" << window_left << "_" << window_right;
+    if (scale != 0.0f) s << "_scale" << static_cast<int>(scale * 100);
+    return s.str();
+  }
+};
+
+// A contiguous [rows, heads, dim] tensor (rows: batch * seqlen, or the varlen total) on both sides.
+struct Tensor {
+  int64_t rows, heads, dim;
+  std::vector<float> host;  // values exactly representable in the storage type
+  void* device = nullptr;
+  Tensor(int64_t r, int64_t h, int64_t d) : rows(r), heads(h), dim(d), host(static_cast<size_t>(r * h * d)) {
+    cudaMalloc(&device, std::max<size_t>(host.size(), 8) * 2);
+  }
+  ~Tensor() { cudaFree(device); }
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+  int64_t at(int64_t r, int64_t h) const { return (r * heads + h) * dim; }
+  void upload(DType t) const {
+    std::vector<uint16_t> s(host.size());
+    for (size_t x = 0; x < s.size(); ++x) s[x] = to_storage(host[x], t);
+    ASSERT_EQ(cudaMemcpy(device, s.data(), s.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  std::vector<float> download(DType t) const {
+    std::vector<uint16_t> s(host.size());
+    EXPECT_EQ(cudaMemcpy(s.data(), device, s.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    std::vector<float> out(s.size());
+    for (size_t x = 0; x < s.size(); ++x) out[x] = from_storage(s[x], t);
+    return out;
+  }
+  void poison() const { ASSERT_EQ(cudaMemset(device, 0xff, std::max<size_t>(host.size(), 8) * 2), cudaSuccess); }
+  // Batch stride for the non-varlen [batch, seqlen, heads, dim] view.
+  flashattn::Tensor view(int64_t seqlen) const { return {device, seqlen * heads * dim, heads * dim, dim}; }
+};
+
+struct Gradients {
+  std::vector<double> dq, dk, dv;  // exact
+  std::vector<float> dq_lowp, dk_lowp, dv_lowp;
+};
+
+struct Problem {
+  Case c;
+  int64_t total_q, total_k;
+  Tensor q, k, v, o, d_o, dq, dk, dv;
+  std::vector<float> lse;  // [hq, total_q] for varlen, else [batch, hq, sq]
+  float* lse_device = nullptr;
+  std::vector<int32_t> cu_q, cu_k;
+  int32_t *cu_q_device = nullptr, *cu_k_device = nullptr;
+
+  static int64_t sum(const std::vector<int32_t>& v) {
+    int64_t s = 0;
+    for (int32_t x : v) s += x;
+    return s;
+  }
+  bool varlen() const { return !c.varlen_q.empty(); }
+
+  explicit Problem(const Case& cs)
+      : c(cs),
+        total_q(cs.varlen_q.empty() ? cs.batch * cs.sq : sum(cs.varlen_q)),
+        total_k(cs.varlen_q.empty() ? cs.batch * cs.sk : sum(cs.varlen_k)),
+        q(total_q, cs.hq, cs.d), k(total_k, cs.hkv, cs.d), v(total_k, cs.hkv, cs.d), o(total_q, cs.hq, cs.d),
+        d_o(total_q, cs.hq, cs.d), dq(total_q, cs.hq, cs.d), dk(total_k, cs.hkv, cs.d), dv(total_k, cs.hkv, cs.d) {
+    if (varlen()) {
+      c.batch = static_cast<int64_t>(c.varlen_q.size());
+      c.sq = *std::max_element(c.varlen_q.begin(), c.varlen_q.end());
+      c.sk = *std::max_element(c.varlen_k.begin(), c.varlen_k.end());
+      cu_q = {0};
+      cu_k = {0};
+      for (size_t b = 0; b < c.varlen_q.size(); ++b) {
+        cu_q.push_back(cu_q.back() + c.varlen_q[b]);
+        cu_k.push_back(cu_k.back() + c.varlen_k[b]);
+      }
+      cudaMalloc(&cu_q_device, cu_q.size() * 4);
+      cudaMalloc(&cu_k_device, cu_k.size() * 4);
+      cudaMemcpy(cu_q_device, cu_q.data(), cu_q.size() * 4, cudaMemcpyHostToDevice);
+      cudaMemcpy(cu_k_device, cu_k.data(), cu_k.size() * 4, cudaMemcpyHostToDevice);
+    }
+    lse.assign(static_cast<size_t>(c.hq * total_q), 0.0f);
+    cudaMalloc(&lse_device, std::max<size_t>(lse.size(), 1) * 4);
+  }
+  ~Problem() {
+    cudaFree(lse_device);
+    cudaFree(cu_q_device);
+    cudaFree(cu_k_device);
+  }
+
+  BackwardParams params(bool host_side) const {
+    BackwardParams p;
+    p.dtype = c.dtype;
+    p.batch = c.batch;
+    p.seqlen_q = c.sq;
+    p.seqlen_k = c.sk;
+    p.heads_q = c.hq;
+    p.heads_kv = c.hkv;
+    p.head_dim = c.d;
+    p.q = q.view(c.sq);
+    p.k = k.view(c.sk);
+    p.v = v.view(c.sk);
+    p.o = o.view(c.sq);
+    p.d_o = d_o.view(c.sq);
+    p.dq = dq.view(c.sq);
+    p.dk = dk.view(c.sk);
+    p.dv = dv.view(c.sk);
+    p.lse = lse_device;
+    if (varlen()) {
+      p.maybe_cu_seqlens_q = host_side ? cu_q.data() : cu_q_device;
+      p.maybe_cu_seqlens_k = host_side ? cu_k.data() : cu_k_device;
+      p.lse_head_stride = total_q;
+    } else {
+      p.lse_batch_stride = c.hq * c.sq;
+      p.lse_head_stride = c.sq;
+    }
+    p.softmax_scale = c.scale;
+    p.causal = c.causal;
+    p.alignment = c.alignment;
+    p.window_left = c.window_left;
+    p.window_right = c.window_right;
+    return p;
+  }
+
+  // Random inputs; O and lse of the forward in double (O rounded to the storage type); the exact
+  // and low-precision gradients. Work is split over (b, h); dK and dV per query head, summed over
+  // the group at the end.
+  Gradients prepare(uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (Tensor* t : {&q, &k, &v, &d_o})
+      for (float& x : t->host) x = round_to(normal(rng), c.dtype);
+    const BackwardParams p = params(true);
+    const fd::Dims dims = fd::resolve_dims(p);
+    const int64_t d = c.d, group = c.hq / c.hkv;
+    Gradients g;
+    g.dq.assign(q.host.size(), 0.0);
+    g.dq_lowp.assign(q.host.size(), 0.0f);
+    std::vector<double> dk_h(static_cast<size_t>(total_k * c.hq * d)), dv_h(dk_h.size());
+    std::vector<float> dk_hl(dk_h.size()), dv_hl(dk_h.size());
+    const auto work = [&](int64_t bh) {
+      const int64_t b = bh / c.hq, h = bh % c.hq, hk = h / group;
+      const fd::Seq s = fd::sequence(p, b);
+      // Rows of sequence b in the packed [rows, heads, dim] host tensors.
+      const int64_t q_row0 = varlen() ? s.q_row0 : b * c.sq, k_row0 = varlen() ? s.k_row0 : b * c.sk;
+      std::vector<double> pe, dpe;
+      std::vector<float> pl, dsl;
+      for (int64_t i = 0; i < s.sq; ++i) {
+        const fd::KeyRange keys = fd::visible_keys(p, s, i);
+        const int64_t qi = q.at(q_row0 + i, h);
+        const int64_t li = varlen() ? h * total_q + s.q_row0 + i : (b * c.hq + h) * c.sq + i;
+        const int64_t n = keys.hi - keys.lo;
+        if (n <= 0) {
+          lse[li] = -INFINITY;
+          for (int64_t x = 0; x < d; ++x) o.host[qi + x] = 0.0f;
+          continue;
+        }
+        pe.assign(n, 0.0);
+        pl.assign(n, 0.0f);
+        double m = -INFINITY;
+        float ml = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t kj = k.at(k_row0 + keys.lo + j, hk);
+          double dot = 0.0;
+          float dotf = 0.0f;
+          for (int64_t x = 0; x < d; ++x) {
+            const double prod = double{q.host[qi + x]} * k.host[kj + x];
+            dot += prod;
+            dotf += static_cast<float>(prod);
+          }
+          pe[j] = dot * dims.scale;
+          pl[j] = round_to(dotf, c.dtype) * dims.scale;
+          m = std::max(m, pe[j]);
+          ml = std::max(ml, pl[j]);
+        }
+        double l = 0.0;
+        float ll = 0.0f;
+        for (int64_t j = 0; j < n; ++j) {
+          pe[j] = std::exp(pe[j] - m);
+          l += pe[j];
+          pl[j] = std::exp(pl[j] - ml);
+          ll += pl[j];
+        }
+        std::vector<double> oe(d, 0.0);
+        std::vector<float> ol(d, 0.0f);
+        for (int64_t j = 0; j < n; ++j) {
+          pe[j] /= l;
+          pl[j] = round_to(pl[j] / ll, c.dtype);
+          const int64_t vj = v.at(k_row0 + keys.lo + j, hk);
+          for (int64_t x = 0; x < d; ++x) {
+            oe[x] += pe[j] * v.host[vj + x];
+            ol[x] += pl[j] * v.host[vj + x];
+          }
+        }
+        lse[li] = static_cast<float>(m + std::log(l));
+        double de = 0.0;
+        float dl = 0.0f;
+        for (int64_t x = 0; x < d; ++x) {
+          o.host[qi + x] = round_to(static_cast<float>(oe[x]), c.dtype);
+          de += oe[x] * d_o.host[qi + x];
+          dl += round_to(ol[x], c.dtype) * d_o.host[qi + x];
+        }
+        dpe.assign(n, 0.0);
+        dsl.assign(n, 0.0f);
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t kj = k_row0 + keys.lo + j, vj = v.at(kj, hk);
+          double dp = 0.0;
+          float dpf = 0.0f;
+          for (int64_t x = 0; x < d; ++x) {
+            dp += double{d_o.host[qi + x]} * v.host[vj + x];
+            dpf += d_o.host[qi + x] * v.host[vj + x];
+          }
+          const double ds = pe[j] * (dp - de);
+          const float dsf = round_to(pl[j] * (round_to(dpf, c.dtype) - dl), c.dtype);
+          const int64_t kk = k.at(kj, hk), acc = (kj * c.hq + h) * d;
+          for (int64_t x = 0; x < d; ++x) {
+            g.dq[qi + x] += dims.scale * ds * k.host[kk + x];
+            g.dq_lowp[qi + x] += dsf * k.host[kk + x];
+            dk_h[acc + x] += dims.scale * ds * q.host[qi + x];
+            dk_hl[acc + x] += dsf * q.host[qi + x];
+            dv_h[acc + x] += pe[j] * d_o.host[qi + x];
+            dv_hl[acc + x] += pl[j] * d_o.host[qi + x];
+          }
+        }
+        for (int64_t x = 0; x < d; ++x) g.dq_lowp[qi + x] = round_to(g.dq_lowp[qi + x] * dims.scale, c.dtype);
+      }
+    };
+    const int64_t jobs = c.batch * c.hq;
+    const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(jobs, std::thread::hardware_concurrency()));
+    std::vector<std::thread> pool;
+    for (int64_t t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        for (int64_t bh = t; bh < jobs; bh += threads) work(bh);
+      });
+    for (auto& th : pool) th.join();
+    g.dk.assign(k.host.size(), 0.0);
+    g.dv.assign(k.host.size(), 0.0);
+    g.dk_lowp.assign(k.host.size(), 0.0f);
+    g.dv_lowp.assign(k.host.size(), 0.0f);
+    for (int64_t r = 0; r < total_k; ++r)
+      for (int64_t hk = 0; hk < c.hkv; ++hk) {
+        const int64_t out = k.at(r, hk);
+        for (int64_t x = 0; x < d; ++x) {
+          float kl = 0.0f, vl = 0.0f;
+          for (int64_t hg = 0; hg < group; ++hg) {
+            const int64_t acc = (r * c.hq + hk * group + hg) * d + x;
+            g.dk[out + x] += dk_h[acc];
+            g.dv[out + x] += dv_h[acc];
+            kl += dk_hl[acc] * dims.scale;
+            vl += dv_hl[acc];
+          }
+          g.dk_lowp[out + x] = round_to(kl, c.dtype);
+          g.dv_lowp[out + x] = round_to(vl, c.dtype);
+        }
+      }
+    for (Tensor* t : {&q, &k, &v, &o, &d_o}) t->upload(c.dtype);
+    EXPECT_EQ(cudaMemcpy(lse_device, lse.data(), lse.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    return g;
+  }
+};
+
+void expect_close(const char* what, const std::vector<float>& ours, const std::vector<double>& exact,
+                  const std::vector<float>& lowp) {
+  double err = 0.0, err_lowp = 0.0, largest = 1.0;
+  size_t worst = 0;
+  for (size_t x = 0; x < exact.size(); ++x) {
+    const double e = std::fabs(ours[x] - exact[x]);
+    if (!(e <= err)) worst = x;  // NaN (an element not written) is the worst
+    err = std::isnan(e) ? INFINITY : std::max(err, e);
+    err_lowp = std::max(err_lowp, std::fabs(lowp[x] - exact[x]));
+    largest = std::max(largest, std::fabs(exact[x]));
+  }
+  const double bound = kRatio * err_lowp + kFloor * largest;
+  EXPECT_LE(err, bound) << what << ": max error " << err << " (at " << worst << ": ours " << ours[worst]
+                        << ", exact " << exact[worst] << "), low-precision standard " << err_lowp;
+  std::printf("  %s: error %.3g, standard low precision %.3g, bound %.3g\n", what, err, err_lowp, bound);
+}
+
+void check_case(const Case& cs) {
+  Problem pb(cs);
+  for (const Tensor* t : {&pb.q, &pb.k, &pb.v, &pb.o, &pb.d_o, &pb.dq, &pb.dk, &pb.dv})
+    ASSERT_NE(t->device, nullptr) << "cudaMalloc failed";
+  const Gradients ref = pb.prepare(fresh_seed(cs.name()));
+  if (::testing::Test::HasFatalFailure()) return;
+  const BackwardParams p = pb.params(false);
+  // Through the public selection point: kAuto picks the GPU path for device pointers, and the
+  // caller-owned workspace is what backward_workspace_size() says.
+  flashattn::Launch launch;
+  size_t bytes = 0;
+  const flashattn::Status st = flashattn::backward_workspace_size(p, launch, &bytes);
+  ASSERT_TRUE(st.ok()) << st.message;
+  void* workspace = nullptr;
+  ASSERT_EQ(cudaMalloc(&workspace, std::max<size_t>(bytes, 1)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(workspace, 0xff, std::max<size_t>(bytes, 1)), cudaSuccess);  // NaN: nothing read unwritten
+  for (const Tensor* t : {&pb.dq, &pb.dk, &pb.dv}) t->poison();
+  launch.workspace = workspace;
+  launch.workspace_bytes = bytes;
+  const flashattn::Status run = flashattn::backward(p, launch);
+  ASSERT_TRUE(run.ok()) << run.message;
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaFree(workspace);
+  expect_close("dq", pb.dq.download(cs.dtype), ref.dq, ref.dq_lowp);
+  expect_close("dk", pb.dk.download(cs.dtype), ref.dk, ref.dk_lowp);
+  expect_close("dv", pb.dv.download(cs.dtype), ref.dv, ref.dv_lowp);
+}
+
+Case make(DType t, int64_t sq, int64_t sk, int64_t d) {
+  Case c;
+  c.dtype = t;
+  c.sq = sq;
+  c.sk = sk;
+  c.d = d;
+  return c;
+}
+
+constexpr DType kTypes[] = {DType::kBFloat16, DType::kFloat16};
+
+TEST(Sm80BackwardSmall, SizesNotTileMultiples) {
+  for (DType t : kTypes)
+    for (int64_t d : {64, 128})
+      for (auto [sq, sk] : {std::pair<int64_t, int64_t>{1, 1}, {17, 17}, {113, 203}, {203, 113}, {1, 203}}) {
+        Case c = make(t, sq, sk, d);
+        c.batch = 2;
+        SCOPED_TRACE(c.name());
+        check_case(c);
+      }
+}
+
+TEST(Sm80Backward, Long) {
+  for (int64_t d : {64, 128}) {
+    Case c = make(DType::kBFloat16, 1023, 1023, d);
+    SCOPED_TRACE(c.name());
+    check_case(c);
+  }
+}
+
+TEST(Sm80BackwardSmall, CausalBothAlignments) {
+  for (DType t : kTypes)
+    for (Alignment a : {Alignment::kBottomRight, Alignment::kTopLeft})
+      for (auto [sq, sk] : {std::pair<int64_t, int64_t>{113, 203}, {203, 113}, {17, 17}}) {
+        Case c = make(t, sq, sk, t == DType::kBFloat16 ? 128 : 64);
+        c.causal = true;
+        c.alignment = a;
+        SCOPED_TRACE(c.name());
+        check_case(c);
+      }
+}
+
+TEST(Sm80BackwardSmall, SlidingWindow) {
+  for (auto [left, right] : {std::pair<int64_t, int64_t>{37, 5}, {0, 0}, {70, -1}, {-1, 3}}) {
+    Case c = make(DType::kBFloat16, 203, 181, 64);
+    c.window_left = left;
+    c.window_right = right;
+    SCOPED_TRACE(c.name());
+    check_case(c);
+  }
+  Case c = make(DType::kFloat16, 203, 113, 128);
+  c.causal = true;
+  c.window_left = 20;
+  SCOPED_TRACE(c.name());
+  check_case(c);
+}
+
+TEST(Sm80BackwardSmall, GqaMqa) {
+  for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{6, 2}, {4, 1}}) {
+    Case c = make(DType::kBFloat16, 113, 203, 128);
+    c.hq = hq;
+    c.hkv = hkv;
+    c.causal = true;
+    SCOPED_TRACE(c.name());
+    check_case(c);
+  }
+}
+
+TEST(Sm80BackwardSmall, VarlenWithEmptySequences) {
+  for (bool causal : {false, true}) {
+    Case c = make(DType::kBFloat16, 0, 0, 64);
+    c.varlen_q = {0, 17, 113, 5, 70};
+    c.varlen_k = {13, 0, 203, 64, 70};
+    c.hq = 4;
+    c.hkv = 2;
+    c.causal = causal;
+    SCOPED_TRACE(c.name());
+    check_case(c);
+  }
+}
+
+TEST(Sm80BackwardSmall, OtherHeadDimsAndScale) {
+  for (int64_t d : {96, 40, 8, 120}) {
+    Case c = make(DType::kFloat16, 113, 97, d);
+    c.scale = 0.3f;
+    SCOPED_TRACE(c.name());
+    check_case(c);
+  }
+}
+
+TEST(Sm80BackwardSmall, RefusesWhatItDoesNotDo) {
+  Problem pb(make(DType::kBFloat16, 17, 17, 64));
+  const BackwardParams base = pb.params(false);
+  const auto refused = [](const BackwardParams& p, const char* word) {
+    const flashattn::Status st = fd::cuda_sm80_backward_supported(p);
+    EXPECT_EQ(st.code, StatusCode::kNotSupported) << word;
+    EXPECT_NE(st.message.find(word), std::string::npos) << st.message;
+  };
+  ASSERT_TRUE(fd::cuda_sm80_backward_supported(base).ok()) << fd::cuda_sm80_backward_supported(base).message;
+  BackwardParams p = base;
+  p.softcap = 30.0f;
+  refused(p, "softcap");
+  p = base;
+  p.dtype = DType::kFloat32;
+  refused(p, "fp32");
+  p = base;
+  p.head_dim_v = 32;
+  refused(p, "head_dim_v");
+  p = base;
+  p.head_dim = 192;
+  refused(p, "head_dim 192");
+  p = base;
+  const float slopes[2] = {0.5f, 0.25f};
+  p.maybe_alibi_slopes = slopes;
+  refused(p, "ALiBi");
+  p = base;
+  std::vector<uint16_t> host(17 * 2 * 64);
+  p.dq.data = host.data();
+  refused(p, "dq is not device memory");
+}
+
+}  // namespace
