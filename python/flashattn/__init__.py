@@ -31,9 +31,15 @@ __all__ = ["attention", "attention_backward", "attention_varlen", "attention_var
 HAS_CUDA = _ext.HAS_CUDA
 
 
+_torch_module = None
+
+
 def _torch():
-    from . import torch as flashattn_torch  # registers the torch.library operators on first use
-    return flashattn_torch
+    global _torch_module
+    if _torch_module is None:
+        from . import torch as flashattn_torch  # registers the torch.library operators on first use
+        _torch_module = flashattn_torch
+    return _torch_module
 
 
 def attention(q, k, v, *, scale=None, causal=False, causal_alignment="bottom_right", window=(-1, -1), softcap=0.0,

@@ -4,18 +4,29 @@ PyTorch's ``scaled_dot_product_attention``, with their signatures, layouts and s
 flash-attn: layout [batch, seqlen, heads, head_dim], bottom-right causal alignment, softmax LSE of
 shape [batch, heads, seqlen_q] ([heads, total_q] for varlen), ``return_attn_probs=True`` returning
 ``(out, softmax_lse, None)`` (flashattn never materialises the probabilities). There is no dropout:
-``dropout_p`` must be 0. Every backend is deterministic, so ``deterministic`` changes nothing.
+``dropout_p`` must be 0. ``deterministic`` is accepted and changes nothing: the CPU backends are
+deterministic; the GPU backward sums dQ with fp32 atomics, so dq may differ in its last bits between
+runs (dk and dv do not).
 
 SDPA: layout [batch, heads, seq, head_dim], top-left ``is_causal``, boolean ``attn_mask`` with True
 = attend, float ``attn_mask`` added to the scores, ``enable_gqa`` for fewer key/value heads. A query
 row that sees no key gets 0 (PyTorch gives NaN).
+
+transformers (5.x): ``transformers_attention`` is an attention function for its AttentionInterface::
+
+    from transformers import AttentionInterface
+    AttentionInterface.register("fa_compat", flashattn.compat.transformers_attention)
+    model = LlamaForCausalLM(config); model.set_attn_implementation("fa_compat")
+
+(a name without "flash" in it: transformers takes those for flash-attention kernels from its hub).
 """
 
 from __future__ import annotations
 
 from . import _core, attention, attention_varlen
 
-__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_qkvpacked_func", "scaled_dot_product_attention"]
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_qkvpacked_func", "scaled_dot_product_attention",
+           "transformers_attention"]
 
 
 def _no_dropout(dropout_p):
@@ -82,3 +93,20 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     out = attention(_swap_seq_heads(query), _swap_seq_heads(key), _swap_seq_heads(value), scale=scale,
                     causal=is_causal, causal_alignment="top_left", bias=bias, mask=mask)
     return _swap_seq_heads(out)
+
+
+def transformers_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, is_causal=None,
+                           **kwargs):
+    """An attention function for transformers' AttentionInterface: query [batch, heads, seq_q, d], key and
+    value [batch, heads_kv, seq_k, d] (GQA without repeating them); returns (out [batch, seq_q, heads, d],
+    None). With no mask (transformers builds none for an implementation without a registered mask
+    function) causality comes from ``is_causal`` or ``module.is_causal``, aligned bottom-right as
+    transformers' flash-attention path does, so a query block after a KV cache sees the whole cache. A
+    mask (registered through AttentionMaskInterface, e.g. transformers' sdpa_mask) is used as SDPA's."""
+    _no_dropout(dropout)
+    if attention_mask is None:
+        causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+        return attention(_swap_seq_heads(query), _swap_seq_heads(key), _swap_seq_heads(value), scale=scaling,
+                         causal=bool(causal)), None
+    out = scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scaling, enable_gqa=True)
+    return _swap_seq_heads(out), None

@@ -338,33 +338,32 @@ fa::Launch make_launch(const View& q, int backend, uintptr_t stream, const View&
 
 // Runs op(params, launch) without the GIL. A GPU backend needs caller-owned workspace: when it is
 // missing or too small, nothing runs and the byte count is returned so the caller can allocate it.
+// The run is tried first and the size asked only when it fails (the GPU forward needs none): one
+// pass through the selection point's checks per call instead of two, which a tiny call notices.
 template <class Params, class SizeFn, class RunFn>
 int64_t run(const Params& p, const fa::Launch& l, SizeFn size_fn, RunFn run_fn) {
-  if (l.backend == fa::Backend::kCudaSm80) {
-    size_t need = 0;
-    if (fa::Status s = size_fn(p, l, &need); !s) raise_status(s);
-    if (need > 0 && (l.workspace == nullptr || l.workspace_bytes < need)) return static_cast<int64_t>(need);
-  }
   fa::Status s;
   {
     nb::gil_scoped_release release;
     s = run_fn(p, l);
   }
+  if (!s && l.backend == fa::Backend::kCudaSm80) {
+    size_t need = 0;
+    if (size_fn(p, l, &need) && need > 0 && (l.workspace == nullptr || l.workspace_bytes < need))
+      return static_cast<int64_t>(need);
+  }
   if (!s) raise_status(s);
   return 0;
 }
 
-int64_t forward(InArray q_, InArray k_, InArray v_, OutArray o_, std::optional<OutArray> lse_,
-                std::optional<InArray> bias_, std::optional<InArray> mask_, std::optional<InArray> alibi_,
-                std::optional<InArray> cu_q_, std::optional<InArray> cu_k_, int64_t max_seqlen_q,
-                int64_t max_seqlen_k, float scale, bool causal, int alignment, int64_t window_left,
-                int64_t window_right, float softcap, int backend, uintptr_t stream,
-                std::optional<OutArray> workspace_, int num_threads, bool bf16_as_u16) {
-  const View q = view("q", q_), k = view("k", k_), v = view("v", v_), o = view("out", o_), lse = view("lse", lse_);
+// The forward on views: fills ForwardParams, checks out and lse, runs (or asks for workspace).
+int64_t forward_views(const View& q, const View& k, const View& v, const View& o, const View& lse, const View& bias,
+                      const View& mask, const View& alibi, const View& cu_q, const View& cu_k, int64_t max_seqlen_q,
+                      int64_t max_seqlen_k, const Options& opt, int backend, uintptr_t stream, const View& ws,
+                      int num_threads, bool bf16_as_u16) {
   fa::ForwardParams p;
-  const bool varlen = fill_attention(p, q, k, v, view("bias", bias_), view("mask", mask_), view("alibi_slopes", alibi_),
-                                     view("cu_seqlens_q", cu_q_), view("cu_seqlens_k", cu_k_), max_seqlen_q, max_seqlen_k,
-                                     {scale, causal, alignment, window_left, window_right, softcap}, bf16_as_u16);
+  const bool varlen = fill_attention(p, q, k, v, bias, mask, alibi, cu_q, cu_k, max_seqlen_q, max_seqlen_k, opt,
+                                     bf16_as_u16);
   check_same_device(q, o);
   check_same_device(q, lse);
   check_ndim(o, q.ndim, "like q");
@@ -391,10 +390,107 @@ int64_t forward(InArray q_, InArray k_, InArray v_, OutArray o_, std::optional<O
     check_last_contiguous(lse);
     p.maybe_lse = static_cast<float*>(const_cast<void*>(lse.data));
   }
-  const View ws = view("workspace", workspace_);
   const fa::Launch l = make_launch(q, backend, stream, ws, num_threads);
   return run(p, l, [](const auto& pp, const auto& ll, size_t* b) { return fa::forward_workspace_size(pp, ll, b); },
              [](const auto& pp, const auto& ll) { return fa::forward(pp, ll); });
+}
+
+int64_t forward(InArray q_, InArray k_, InArray v_, OutArray o_, std::optional<OutArray> lse_,
+                std::optional<InArray> bias_, std::optional<InArray> mask_, std::optional<InArray> alibi_,
+                std::optional<InArray> cu_q_, std::optional<InArray> cu_k_, int64_t max_seqlen_q,
+                int64_t max_seqlen_k, float scale, bool causal, int alignment, int64_t window_left,
+                int64_t window_right, float softcap, int backend, uintptr_t stream,
+                std::optional<OutArray> workspace_, int num_threads, bool bf16_as_u16) {
+  return forward_views(view("q", q_), view("k", k_), view("v", v_), view("out", o_), view("lse", lse_),
+                       view("bias", bias_), view("mask", mask_), view("alibi_slopes", alibi_),
+                       view("cu_seqlens_q", cu_q_), view("cu_seqlens_k", cu_k_), max_seqlen_q, max_seqlen_k,
+                       {scale, causal, alignment, window_left, window_right, softcap}, backend, stream,
+                       view("workspace", workspace_), num_threads, bf16_as_u16);
+}
+
+// A strided array described by ints: what a framework's tensor says of itself (data_ptr, shape,
+// strides in elements, dtype, device), without the cost of a DLPack export and import per call.
+struct RawArray {
+  int64_t ndim = 0;
+  int64_t shape[4] = {};
+  int64_t strides[4] = {};
+};
+
+RawArray raw_array(const char* name, const nb::tuple& shape, const nb::tuple& strides) {
+  RawArray r;
+  r.ndim = static_cast<int64_t>(nb::len(shape));
+  if (r.ndim > 4 || static_cast<int64_t>(nb::len(strides)) != r.ndim)
+    value_error(std::string(name) + ": expected at most 4 dimensions with one stride each");
+  size_t i = 0;
+  for (nb::handle n : shape) r.shape[i++] = nb::cast<int64_t>(n);
+  i = 0;
+  for (nb::handle n : strides) r.strides[i++] = nb::cast<int64_t>(n);
+  return r;
+}
+
+nb::dlpack::dtype raw_dtype(int dtype) {
+  using C = nb::dlpack::dtype_code;
+  switch (dtype) {
+    case static_cast<int>(fa::DType::kFloat32): return {static_cast<uint8_t>(C::Float), 32, 1};
+    case static_cast<int>(fa::DType::kFloat16): return {static_cast<uint8_t>(C::Float), 16, 1};
+    case static_cast<int>(fa::DType::kBFloat16): return {static_cast<uint8_t>(C::Bfloat), 16, 1};
+  }
+  type_error("dtype: expected 0 (float32), 1 (float16) or 2 (bfloat16), got " + std::to_string(dtype));
+}
+
+View raw_view(const char* name, uintptr_t ptr, const RawArray& r, nb::dlpack::dtype t, int device) {
+  View v;
+  v.name = name;
+  v.data = reinterpret_cast<const void*>(ptr);
+  v.ndim = r.ndim;
+  v.shape = r.shape;
+  v.strides = r.strides;
+  v.dtype = t;
+  v.device_type = device < 0 ? kCpu : kCuda;
+  v.device_id = device < 0 ? 0 : device;
+  v.present = true;
+  return v;
+}
+
+// Forward of a plain problem (no bias, mask, ALiBi or varlen) from raw tensor descriptions: the
+// per-call fast path of flashattn.torch. The caller vouches that each pointer holds an array of the
+// given shape, strides, dtype and device (-1: CPU, else the CUDA device index), that out has q's
+// shape with v's head_dim, and that lse (0: none) is a contiguous float32 [batch, heads, seqlen_q];
+// all else is checked here as in forward().
+int64_t forward_raw(int dtype, uintptr_t q_ptr, const nb::tuple& q_shape, const nb::tuple& q_strides, int q_device,
+                    uintptr_t k_ptr, const nb::tuple& k_shape, const nb::tuple& k_strides, int k_device,
+                    uintptr_t v_ptr, const nb::tuple& v_shape, const nb::tuple& v_strides, int v_device,
+                    uintptr_t o_ptr, const nb::tuple& o_strides, uintptr_t lse_ptr, float scale, bool causal,
+                    int alignment, int64_t window_left, int64_t window_right, float softcap, uintptr_t stream,
+                    uintptr_t workspace_ptr, int64_t workspace_bytes) {
+  const nb::dlpack::dtype t = raw_dtype(dtype);
+  const RawArray qa = raw_array("q", q_shape, q_strides), ka = raw_array("k", k_shape, k_strides),
+                 va = raw_array("v", v_shape, v_strides);
+  const View q = raw_view("q", q_ptr, qa, t, q_device), k = raw_view("k", k_ptr, ka, t, k_device),
+             v = raw_view("v", v_ptr, va, t, v_device);
+  for (const View* x : {&q, &v}) check_ndim(*x, 4, "[batch, seqlen, heads, head_dim]");
+  RawArray oa = raw_array("out", q_shape, o_strides);
+  oa.shape[3] = va.shape[3];
+  const View o = raw_view("out", o_ptr, oa, t, q_device);
+  View lse{"lse"};
+  RawArray la;
+  if (lse_ptr != 0) {
+    la.ndim = 3;
+    la.shape[0] = qa.shape[0], la.shape[1] = qa.shape[2], la.shape[2] = qa.shape[1];
+    la.strides[0] = qa.shape[2] * qa.shape[1], la.strides[1] = qa.shape[1], la.strides[2] = 1;
+    lse = raw_view("lse", lse_ptr, la, {static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 32, 1}, q_device);
+  }
+  View ws{"workspace"};
+  RawArray wa;
+  if (workspace_ptr != 0) {
+    wa.ndim = 1, wa.shape[0] = workspace_bytes, wa.strides[0] = 1;
+    ws = raw_view("workspace", workspace_ptr, wa, {static_cast<uint8_t>(nb::dlpack::dtype_code::UInt), 8, 1},
+                  q_device);
+  }
+  const View none[] = {View{"bias"}, View{"mask"}, View{"alibi_slopes"}, View{"cu_seqlens_q"}, View{"cu_seqlens_k"}};
+  return forward_views(q, k, v, o, lse, none[0], none[1], none[2], none[3], none[4], 0, 0,
+                       {scale, causal, alignment, window_left, window_right, softcap}, /*backend=*/0, stream, ws,
+                       /*num_threads=*/0, /*bf16_as_u16=*/false);
 }
 
 int64_t backward(InArray do_, InArray q_, InArray k_, InArray v_, InArray o_, InArray lse_, OutArray dq_,
@@ -463,6 +559,11 @@ NB_MODULE(_ext, m) {
         nb::arg("causal"), nb::arg("alignment"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("softcap"),
         nb::arg("backend"), nb::arg("stream"), nb::arg("workspace").none(), nb::arg("num_threads"),
         nb::arg("bf16_as_u16"), fwd_doc);
+  m.def("forward_raw", &forward_raw,
+        "forward_raw(dtype, q_ptr, q_shape, q_strides, q_device, k_ptr, ..., v_ptr, ..., out_ptr, out_strides, "
+        "lse_ptr, scale, causal, alignment, window_left, window_right, softcap, stream, workspace_ptr, "
+        "workspace_bytes) -> int\n\nforward() of a plain problem from raw tensor descriptions (dtype 0/1/2: "
+        "float32/float16/bfloat16; device -1: CPU, else the CUDA index); the caller vouches for the memory.");
   m.def("backward", &backward, nb::arg("grad_out"), nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"),
         nb::arg("lse"), nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("bias").none(), nb::arg("mask").none(),
         nb::arg("alibi_slopes").none(), nb::arg("cu_seqlens_q").none(), nb::arg("cu_seqlens_k").none(),
