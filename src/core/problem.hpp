@@ -68,22 +68,18 @@ inline Seq sequence(const AttentionParams& p, int64_t b) {
   return s;
 }
 
-// Element offsets of (row, head) in sequence s of a strided q-side or k-side tensor.
-inline int64_t q_offset(const AttentionParams& p, const ConstTensor& t, const Seq& s, int64_t i, int64_t h) {
-  return p.maybe_cu_seqlens_q ? (s.q_row0 + i) * t.row_stride + h * t.head_stride
-                              : s.b * t.batch_stride + i * t.row_stride + h * t.head_stride;
+// Element offset of (row, head) of sequence s in a strided tensor: packed rows from row0 with varlen,
+// else batch s.b. Output tensors (Tensor) convert to ConstTensor, so one function serves both.
+inline int64_t row_offset(const ConstTensor& t, bool varlen, const Seq& s, int64_t row0, int64_t row, int64_t h) {
+  return varlen ? (row0 + row) * t.row_stride + h * t.head_stride
+                : s.b * t.batch_stride + row * t.row_stride + h * t.head_stride;
 }
-inline int64_t q_offset(const AttentionParams& p, const Tensor& t, const Seq& s, int64_t i, int64_t h) {
-  return p.maybe_cu_seqlens_q ? (s.q_row0 + i) * t.row_stride + h * t.head_stride
-                              : s.b * t.batch_stride + i * t.row_stride + h * t.head_stride;
+// q-side tensors (q, o, d_o, dq) and k-side tensors (k, v, dk, dv).
+inline int64_t q_offset(const AttentionParams& p, const ConstTensor& t, const Seq& s, int64_t i, int64_t h) {
+  return row_offset(t, p.maybe_cu_seqlens_q != nullptr, s, s.q_row0, i, h);
 }
 inline int64_t k_offset(const AttentionParams& p, const ConstTensor& t, const Seq& s, int64_t j, int64_t h) {
-  return p.maybe_cu_seqlens_k ? (s.k_row0 + j) * t.row_stride + h * t.head_stride
-                              : s.b * t.batch_stride + j * t.row_stride + h * t.head_stride;
-}
-inline int64_t k_offset(const AttentionParams& p, const Tensor& t, const Seq& s, int64_t j, int64_t h) {
-  return p.maybe_cu_seqlens_k ? (s.k_row0 + j) * t.row_stride + h * t.head_stride
-                              : s.b * t.batch_stride + j * t.row_stride + h * t.head_stride;
+  return row_offset(t, p.maybe_cu_seqlens_k != nullptr, s, s.k_row0, j, h);
 }
 // LSE element (b, h, i): [batch, heads, seqlen_q], or [heads, total_q] with varlen.
 inline int64_t lse_offset(const AttentionParams& p, int64_t batch_stride, int64_t head_stride,
