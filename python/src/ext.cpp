@@ -357,6 +357,27 @@ int64_t run(const Params& p, const fa::Launch& l, SizeFn size_fn, RunFn run_fn) 
 }
 
 // The forward on views: fills ForwardParams, checks out and lse, runs (or asks for workspace).
+// The log-sum-exp array of forward (output) and backward (input): float32, [batch, heads, seqlen_q]
+// or, with varlen, [heads, total_q]; fills the strides the C++ API takes.
+void check_lse(const View& lse, const fa::AttentionParams& p, const View& q, bool varlen, int64_t* batch_stride,
+               int64_t* head_stride) {
+  if (!is(lse.dtype, nb::dlpack::dtype_code::Float, 32)) type_error("lse: expected float32, got " + dtype_str(lse.dtype));
+  if (varlen) {
+    check_ndim(lse, 2, "[heads, total_q]");
+    check_dim(lse, 0, p.heads_q, "heads_q");
+    check_dim(lse, 1, q.size(0), "total_q");
+    *head_stride = lse.stride(0);
+  } else {
+    check_ndim(lse, 3, "[batch, heads, seqlen_q]");
+    check_dim(lse, 0, p.batch, "batch");
+    check_dim(lse, 1, p.heads_q, "heads_q");
+    check_dim(lse, 2, p.seqlen_q, "seqlen_q");
+    *batch_stride = lse.stride(0);
+    *head_stride = lse.stride(1);
+  }
+  check_last_contiguous(lse);
+}
+
 int64_t forward_views(const View& q, const View& k, const View& v, const View& o, const View& lse, const View& bias,
                       const View& mask, const View& alibi, const View& cu_q, const View& cu_k, int64_t max_seqlen_q,
                       int64_t max_seqlen_k, const Options& opt, int backend, uintptr_t stream, const View& ws,
@@ -373,21 +394,7 @@ int64_t forward_views(const View& q, const View& k, const View& v, const View& o
     type_error("out: expected the dtype of q (" + dtype_str(q.dtype) + "), got " + dtype_str(o.dtype));
   p.o = bshd_out(o, varlen);
   if (lse.present) {
-    if (!is(lse.dtype, nb::dlpack::dtype_code::Float, 32)) type_error("lse: expected float32, got " + dtype_str(lse.dtype));
-    if (varlen) {
-      check_ndim(lse, 2, "[heads, total_q]");
-      check_dim(lse, 0, p.heads_q, "heads_q");
-      check_dim(lse, 1, q.size(0), "total_q");
-      p.lse_head_stride = lse.stride(0);
-    } else {
-      check_ndim(lse, 3, "[batch, heads, seqlen_q]");
-      check_dim(lse, 0, p.batch, "batch");
-      check_dim(lse, 1, p.heads_q, "heads_q");
-      check_dim(lse, 2, p.seqlen_q, "seqlen_q");
-      p.lse_batch_stride = lse.stride(0);
-      p.lse_head_stride = lse.stride(1);
-    }
-    check_last_contiguous(lse);
+    check_lse(lse, p, q, varlen, &p.lse_batch_stride, &p.lse_head_stride);
     p.maybe_lse = static_cast<float*>(const_cast<void*>(lse.data));
   }
   const fa::Launch l = make_launch(q, backend, stream, ws, num_threads);
@@ -522,21 +529,7 @@ int64_t backward(InArray do_, InArray q_, InArray k_, InArray v_, InArray o_, In
   p.dk = bshd_out(dk, varlen);
   p.dv = bshd_out(dv, varlen);
   check_same_device(q, lse);
-  if (!is(lse.dtype, nb::dlpack::dtype_code::Float, 32)) type_error("lse: expected float32, got " + dtype_str(lse.dtype));
-  if (varlen) {
-    check_ndim(lse, 2, "[heads, total_q]");
-    check_dim(lse, 0, p.heads_q, "heads_q");
-    check_dim(lse, 1, q.size(0), "total_q");
-    p.lse_head_stride = lse.stride(0);
-  } else {
-    check_ndim(lse, 3, "[batch, heads, seqlen_q]");
-    check_dim(lse, 0, p.batch, "batch");
-    check_dim(lse, 1, p.heads_q, "heads_q");
-    check_dim(lse, 2, p.seqlen_q, "seqlen_q");
-    p.lse_batch_stride = lse.stride(0);
-    p.lse_head_stride = lse.stride(1);
-  }
-  check_last_contiguous(lse);
+  check_lse(lse, p, q, varlen, &p.lse_batch_stride, &p.lse_head_stride);
   p.lse = static_cast<const float*>(lse.data);
   const View ws = view("workspace", workspace_);
   const fa::Launch l = make_launch(q, backend, stream, ws, num_threads);

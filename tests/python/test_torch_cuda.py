@@ -19,10 +19,9 @@ pytestmark = [
 DTYPES = [torch.float16, torch.bfloat16]
 
 
-def math_sdpa(q, k, v, *, causal=False, alignment="bottom_right", window=(-1, -1), scale=None):
-    """PyTorch's math SDPA on [batch, seq, heads, d] inputs, GQA expanded, with an explicit bool mask
-    for the alignment and window."""
-    b, sq, h, d = q.shape
+def expand_and_mask(q, k, v, causal, alignment, window):
+    """K and V with their heads repeated for GQA, and the [sq, sk] visibility of causal/window."""
+    sq, h = q.shape[1], q.shape[2]
     sk = k.shape[1]
     group = h // k.shape[2]
     k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
@@ -37,6 +36,13 @@ def math_sdpa(q, k, v, *, causal=False, alignment="bottom_right", window=(-1, -1
         vis &= j >= i - left
     if right >= 0:
         vis &= j <= i + right
+    return k, v, vis
+
+
+def math_sdpa(q, k, v, *, causal=False, alignment="bottom_right", window=(-1, -1), scale=None):
+    """PyTorch's math SDPA on [batch, seq, heads, d] inputs, GQA expanded, with an explicit bool mask
+    for the alignment and window."""
+    k, v, vis = expand_and_mask(q, k, v, causal, alignment, window)
     from torch.nn.attention import SDPBackend, sdpa_kernel
     with sdpa_kernel(SDPBackend.MATH):
         out = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
@@ -80,21 +86,8 @@ def attention_ref(q, k, v, *, causal=False, alignment="bottom_right", window=(-1
     """Standard attention on [batch, seq, heads, d] in q's dtype (softmax in fp32, as eager attention),
     differentiable everywhere: a row that sees no key gets 0 output and 0 gradient (SDPA's NaN there
     would poison the reference gradients)."""
-    b, sq, h, d = q.shape
-    sk = k.shape[1]
-    group = h // k.shape[2]
-    k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
-    offset = sk - sq if alignment == "bottom_right" else 0
-    i = torch.arange(sq, device=q.device)[:, None] + offset
-    j = torch.arange(sk, device=q.device)[None, :]
-    left, right = window
-    if causal:
-        right = 0 if right < 0 else min(right, 0)
-    vis = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
-    if left >= 0:
-        vis &= j >= i - left
-    if right >= 0:
-        vis &= j <= i + right
+    d = q.shape[3]
+    k, v, vis = expand_and_mask(q, k, v, causal, alignment, window)
     s = torch.einsum("bqhd,bkhd->bhqk", q, k) * (d ** -0.5 if scale is None else scale)
     p = torch.softmax(s.float().masked_fill(~vis, -1e30), dim=-1).masked_fill(~vis, 0.0).to(q.dtype)
     return torch.einsum("bhqk,bkhd->bqhd", p, v)
