@@ -14,6 +14,12 @@ __device__ __forceinline__ void cp_async_16_or_zero(uint32_t smem_addr, const vo
                "r"(src_bytes));
 }
 
+// Copies 4 bytes (through L1: .ca is the only cache mode for sizes below 16); both addresses 4-byte
+// aligned.
+__device__ __forceinline__ void cp_async_4(uint32_t smem_addr, const void* gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr), "l"(gmem));
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 // Waits until at most `kPending` of this thread's committed groups are still in flight.

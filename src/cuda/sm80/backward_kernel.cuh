@@ -24,6 +24,7 @@
 #include "cuda/primitives/cp_async.cuh"
 #include "cuda/primitives/ldmatrix.cuh"
 #include "cuda/primitives/math.cuh"
+#include "cuda/primitives/reduce.cuh"
 #include "cuda/primitives/smem_tile.cuh"
 #include "cuda/sm80/backward_params.hpp"
 #include "cuda/sm80/backward_policy.hpp"
@@ -96,8 +97,7 @@ __device__ __forceinline__ void gemm_ds_k_accumulate(float* dq_rows, int rows_va
       for (int dt = 0; dt < kDTilesPerPass; ++dt) {
         const int col = (d_tile0 + pass * kDTilesPerPass + dt) * 8 + 2 * t;
         if (col < head_dim) {  // head_dim is a multiple of 8: both columns or neither
-          atomicAdd(dq_rows + int64_t{row} * head_dim + col, dq[dt].x[2 * r]);
-          atomicAdd(dq_rows + int64_t{row} * head_dim + col + 1, dq[dt].x[2 * r + 1]);
+          cuda::red_add_f32x2(dq_rows + int64_t{row} * head_dim + col, dq[dt].x[2 * r], dq[dt].x[2 * r + 1]);
         }
       }
     }
@@ -121,16 +121,18 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim>::kTiles.threads(), Ba
   // dQ: warps split the Br rows in m16 tiles, then the head dim.
   constexpr int kRowGroups = kBlockM / 16, kDSplit = kTiles.warps / kRowGroups;
 
+  // Shared memory: K, V (resident), dS^T, then two buffers of the per-step operands: Q, dO, and
+  // the step's rows' lse·log2e and D. The next step's buffer fills while this one is in use.
   extern __shared__ __align__(128) char smem[];
   const uint32_t k_addr = cuda::smem_address(smem);
   const uint32_t v_addr = k_addr + KTile::kBytes;
-  char* q_tile = smem + 2 * KTile::kBytes;
-  char* do_tile = q_tile + QTile::kBytes;
-  const uint32_t q_addr = cuda::smem_address(q_tile), do_addr = cuda::smem_address(do_tile);
-  char* ds_tile = do_tile + QTile::kBytes;
+  char* ds_tile = smem + 2 * KTile::kBytes;
   const uint32_t ds_addr = cuda::smem_address(ds_tile);
-  float* lse_log2_s = reinterpret_cast<float*>(ds_tile + DsTile::kBytes);  // [kBlockM]
-  float* delta_s = lse_log2_s + kBlockM;                                                 // [kBlockM]
+  char* const step_buffers = ds_tile + DsTile::kBytes;
+  constexpr int kStepBytes = kTiles.step_bytes();
+  const auto q_tile_of = [&](int buf) { return cuda::smem_address(step_buffers + buf * kStepBytes); };
+  const auto do_tile_of = [&](int buf) { return q_tile_of(buf) + QTile::kBytes; };
+  const auto lse_of = [&](int buf) { return reinterpret_cast<float*>(step_buffers + buf * kStepBytes + 2 * QTile::kBytes); };
 
   const int n_block = blockIdx.x, h_kv = blockIdx.y, b = blockIdx.z;
   const BackwardSequence seq = backward_sequence(p, b);
@@ -156,31 +158,61 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim>::kTiles.threads(), Ba
 #pragma unroll
   for (int dt = 0; dt < kDTiles; ++dt) dk[0][dt] = dv[0][dt] = {0.0f, 0.0f, 0.0f, 0.0f};
 
+  // The query tiles that see these keys form one run [m_first, m_end) (the band's edges grow with
+  // the row); the block walks it once per query head of its group: steps s = hg·count + (m - m_first).
   const int m_count = (seq.sq + kBlockM - 1) / kBlockM;
-  for (int hg = 0; hg < p.group; ++hg) {
-    const int h = h_kv * p.group + hg;
-    const T* q = static_cast<const T*>(p.q) +
-                 row_offset(varlen, b, seq.q_row0, 0, h, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
-    const T* d_o = static_cast<const T*>(p.d_o) +
-                   row_offset(varlen, b, seq.q_row0, 0, h, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
-    for (int m = 0; m < m_count; ++m) {
-      const int i0 = m * kBlockM, i1 = min(i0 + kBlockM, seq.sq);
-      const KeyRange seen = band.visible_keys(i0, i1);
-      if (seen.hi <= j0 || seen.lo >= j1) continue;  // no row of this tile sees these keys
+  const auto sees_block = [&](int m) {
+    const KeyRange seen = band.visible_keys(m * kBlockM, min(m * kBlockM + kBlockM, seq.sq));
+    return seen.hi > j0 && seen.lo < j1;
+  };
+  int m_first = 0;
+  while (m_first < m_count && !sees_block(m_first)) ++m_first;
+  int m_end = m_first;
+  while (m_end < m_count && sees_block(m_end)) ++m_end;
+  const int steps_per_head = m_end - m_first, steps = steps_per_head * p.group;
 
-      __syncthreads();  // every warp is done with the previous step's Q, dO, dS^T, lse and D
-      QLoad::issue(q_addr, q + int64_t{i0} * p.q_row_stride, p.q_row_stride, i1 - i0, p.head_dim, tid);
-      QLoad::issue(do_addr, d_o + int64_t{i0} * p.do_row_stride, p.do_row_stride, i1 - i0, p.head_dim, tid);
-      cuda::cp_async_commit();
-      if (tid < kBlockM) {
-        // Rows past the sequence end: P = 0 (and Q, dO are zero-filled).
-        const bool row_valid = i0 + tid < i1;
-        const int64_t row = workspace_row(p, b, h, row_valid ? i0 + tid : 0);
-        lse_log2_s[tid] = row_valid ? p.lse_log2[row] : INFINITY;
-        delta_s[tid] = row_valid ? p.delta[row] : 0.0f;
+  // Issues the loads of step s into buffer buf: Q and dO through cp.async (rows past the end
+  // zero-filled), lse·log2e and D through 4-byte cp.async; rows past the end get lse·log2e = +inf
+  // (P = 0) and D = 0 by plain stores (the buffer was last read two steps ago, before a barrier).
+  const auto issue_step = [&](int s, int buf) {
+    const int h = h_kv * p.group + s / steps_per_head;
+    const int i0 = (m_first + s % steps_per_head) * kBlockM, rows = min(kBlockM, seq.sq - i0);
+    const T* q = static_cast<const T*>(p.q) +
+                 row_offset(varlen, b, seq.q_row0, i0, h, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+    const T* d_o = static_cast<const T*>(p.d_o) +
+                   row_offset(varlen, b, seq.q_row0, i0, h, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
+    QLoad::issue(q_tile_of(buf), q, p.q_row_stride, rows, p.head_dim, tid);
+    QLoad::issue(do_tile_of(buf), d_o, p.do_row_stride, rows, p.head_dim, tid);
+    if (tid < 2 * kBlockM) {
+      const int r = tid % kBlockM;
+      float* dst = lse_of(buf) + tid;  // lse·log2e [kBlockM], then D [kBlockM]
+      if (r < rows) {
+        const int64_t row = workspace_row(p, b, h, i0 + r);
+        cuda::cp_async_4(cuda::smem_address(dst), tid < kBlockM ? p.lse_log2 + row : p.delta + row);
+      } else {
+        *dst = tid < kBlockM ? INFINITY : 0.0f;
       }
+    }
+    cuda::cp_async_commit();
+  };
+
+  if (steps > 0) issue_step(0, 0);
+  for (int s = 0; s < steps; ++s) {
+    const int buf = s & 1;
+    const int h = h_kv * p.group + s / steps_per_head;
+    const int i0 = (m_first + s % steps_per_head) * kBlockM, i1 = min(i0 + kBlockM, seq.sq);
+    // Prefetch step s + 1 into the other buffer (read last in step s - 1, before its dS^T barrier),
+    // then wait for step s's group (and K, V) only.
+    if (s + 1 < steps) {
+      issue_step(s + 1, buf ^ 1);
+      cuda::cp_async_wait<1>();
+    } else {
       cuda::cp_async_wait<0>();
-      __syncthreads();
+    }
+    __syncthreads();  // step s's operands are visible to all; every warp is done with step s - 1's dS^T
+    const uint32_t q_addr = q_tile_of(buf), do_addr = do_tile_of(buf);
+    const float* lse_log2_s = lse_of(buf);
+    const float* delta_s = lse_log2_s + kBlockM;
 
       // S^T = K Q^T, masked, then P^T in place.
       cuda::FragC st[1][kQTiles];
@@ -224,18 +256,17 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim>::kTiles.threads(), Ba
 
       gemm_pv<T, 1, kQTiles / 2, kDTiles, QTile>(dv, pt_frag, do_addr, lane);
       gemm_pv<T, 1, kQTiles / 2, kDTiles, QTile>(dk, dst_frag, q_addr, lane);
-      __syncthreads();  // dS^T is whole
+      __syncthreads();  // dS^T is whole; every warp is done with this step's Q and dO
 
       if (p.dq_accum == nullptr) continue;  // dQ has its own kernel (deterministic mode)
       const int q_rows0 = (warp % kRowGroups) * 16;
       gemm_ds_k_accumulate<T, kBlockN / 16, kDTiles / kDSplit, DsTile, KTile>(
           p.dq_accum + workspace_row(p, b, h, i0 + q_rows0) * p.head_dim, i1 - i0 - q_rows0, p.head_dim, ds_addr,
           k_addr, q_rows0, (warp / kRowGroups) * (kDTiles / kDSplit), lane);
-    }
   }
 
   // Epilogue: dK = scale · dS^T Q, and dV, staged over the K and V tiles they belong to.
-  cuda::cp_async_wait<0>();
+  cuda::cp_async_wait<0>();  // K and V, when there was no step
   __syncthreads();
 #pragma unroll
   for (int dt = 0; dt < kDTiles; ++dt)

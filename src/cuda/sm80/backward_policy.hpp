@@ -6,8 +6,10 @@
 // and dS^T are already the A operands of dV += P^T dO and dK += dS^T Q, and keeps their dK and dV
 // accumulators in registers. For dQ += dS K the warps split the Br query rows instead (dS^T goes
 // through shared memory), in m16 tiles and then in parts of the head dim. Bc = 16 warps.
-// d = 96 and 128 take Br = 32: with Br = 64, S^T and dP^T (32 registers each) beside the dK and dV
-// accumulators (128) spill at 255 registers.
+// Q, dO, lse and D of the next step load (cp.async) while this step computes: two step buffers.
+// d = 64 and 128 take Bc = 128 (8 warps): half the Q/dO loads and dQ atomics per key of Bc = 64.
+// d = 128 takes Br = 32: with Br = 64, S^T and dP^T (32 registers each) beside the dK and dV
+// accumulators (128) spill on sm_90a (12 bytes at 255 registers).
 #pragma once
 
 namespace flashattn::detail::sm80 {
@@ -21,20 +23,20 @@ struct BackwardTiles {
 
   static constexpr int padded(int dim) { return (dim + 63) / 64 * 64; }
   constexpr int threads() const { return warps * 32; }
-  // K, V (resident), Q, dO (per step), dS^T, then lse·log2(e) and D of the step's rows.
   constexpr int tile_bytes(int rows) const { return rows * padded(head_dim) * 2; }
   constexpr int ds_bytes() const { return block_n * padded(block_m) * 2; }
-  constexpr int smem_bytes() const {
-    return 2 * tile_bytes(block_n) + 2 * tile_bytes(block_m) + ds_bytes() + 2 * block_m * 4;
-  }
+  // One step's operands: Q, dO, then lse·log2(e) and D of its rows.
+  constexpr int step_bytes() const { return 2 * tile_bytes(block_m) + 2 * block_m * 4; }
+  // K, V (resident), dS^T, then two step buffers (the next step loads while this one computes).
+  constexpr int smem_bytes() const { return 2 * tile_bytes(block_n) + ds_bytes() + 2 * step_bytes(); }
 };
 
 constexpr BackwardTiles backward_tiles(int head_dim) {
   switch (head_dim) {
     //               d   Br  Bc warps blocks/SM
-    case 64: return {64, 64, 64, 4, 2};
+    case 64: return {64, 64, 128, 8, 1};
     case 96: return {96, 32, 64, 4, 2};
-    case 128: return {128, 32, 64, 4, 1};
+    case 128: return {128, 32, 128, 8, 1};
     default: return {0, 0, 0, 0, 0};
   }
 }
