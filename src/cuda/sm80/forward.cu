@@ -9,6 +9,7 @@
 
 #include "core/problem.hpp"
 #include "cuda/cuda_backend.hpp"
+#include "cuda/host_checks.hpp"
 #include "cuda/sm80/kernel_params.hpp"
 #include "cuda/sm80/launch_forward.hpp"
 #include "cuda/sm80/policy.hpp"
@@ -64,25 +65,6 @@ std::string head_dim_pairs(DType dtype) {
   return pairs.empty() ? "none" : pairs;
 }
 
-// cp.async moves 16 bytes: every row must start on a 16-byte boundary (batch strides are unused
-// with varlen).
-template <class Tensor>
-bool aligned_16(const Tensor& t, bool varlen, size_t elem) {
-  const auto misaligned = [&](int64_t stride) { return (stride * static_cast<int64_t>(elem)) % 16 != 0; };
-  return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && !misaligned(t.row_stride) && !misaligned(t.head_stride) &&
-         (varlen || !misaligned(t.batch_stride));
-}
-
-// Device (or managed) memory of the current device.
-bool on_device(const void* ptr, int device) {
-  cudaPointerAttributes attr{};
-  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
-    cudaGetLastError();  // the failed query leaves an error behind; clear it
-    return false;
-  }
-  return (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) && attr.device == device;
-}
-
 ForwardKernelParams kernel_params(const ForwardParams& p) {
   const Dims d = resolve_dims(p);
   ForwardKernelParams k{};
@@ -108,14 +90,10 @@ ForwardKernelParams kernel_params(const ForwardParams& p) {
   k.head_dim_v = static_cast<int>(d.head_dim_v);
   k.scale = d.scale;
   k.scale_log2 = d.scale * kLog2e;
-  k.bottom_right = p.alignment == Alignment::kBottomRight;
-  // problem.hpp's visible_keys: causal is window_right = min(window_right, 0) (0 when unbounded).
-  // A window of seqlen_q + seqlen_k or more hides nothing, so clamping there keeps the band exact
-  // and the kernel's indices in 32 bits.
-  const int64_t right = p.causal ? (p.window_right < 0 ? 0 : std::min<int64_t>(p.window_right, 0)) : p.window_right;
-  const auto clamp_window = [&](int64_t w) { return static_cast<int>(w < 0 ? -1 : std::min(w, d.seqlen_q + d.seqlen_k)); };
-  k.window_left = clamp_window(p.window_left);
-  k.window_right = clamp_window(right);
+  const cuda_host::KernelBand band = cuda_host::kernel_band(p, d);
+  k.bottom_right = band.bottom_right;
+  k.window_left = band.window_left;
+  k.window_right = band.window_right;
   k.softcap = p.softcap;
   k.maybe_alibi_slopes = p.maybe_alibi_slopes;
   k.alibi_batch_stride = p.alibi_batch_stride;
@@ -155,40 +133,33 @@ Status cuda_sm80_forward_supported(const ForwardParams& p) {
     return not_supported("maybe_bias: data must be aligned to its element size");
   if (!(d.scale > 0.0f) || !std::isfinite(d.scale))
     return not_supported("softmax_scale " + std::to_string(d.scale) + " (takes finite positive scales)");
-  constexpr int64_t kMaxGridYZ = 65535;
-  if (d.seqlen_q + d.seqlen_k > std::numeric_limits<int32_t>::max())
-    return not_supported("seqlen_q + seqlen_k above 2^31 - 1 (32-bit row indices)");
-  if (d.heads_q > kMaxGridYZ || d.batch > kMaxGridYZ)
-    return not_supported("heads_q and batch must be at most 65535 (grid dimensions)");
+  if (const std::string limit = cuda_host::index_limits(d); !limit.empty()) return not_supported(limit);
 
   const size_t elem = dtype_size(p.dtype);
-  if (!aligned_16(p.q, d.varlen, elem)) return not_supported("q: data and strides must be 16-byte aligned");
-  if (!aligned_16(p.k, d.varlen, elem)) return not_supported("k: data and strides must be 16-byte aligned");
-  if (!aligned_16(p.v, d.varlen, elem)) return not_supported("v: data and strides must be 16-byte aligned");
-  if (!aligned_16(p.o, d.varlen, elem)) return not_supported("o: data and strides must be 16-byte aligned");
+  const struct { ConstTensor t; const char* name; } tensors[] = {{p.q, "q"}, {p.k, "k"}, {p.v, "v"}, {p.o, "o"}};
+  for (const auto& t : tensors)
+    if (!cuda_host::aligned_16(t.t, d.varlen, elem))
+      return not_supported(std::string(t.name) + ": data and strides must be 16-byte aligned");
 
-  int device = 0, major = 0, smem_optin = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-    cudaGetLastError();
-    return not_supported("no usable CUDA device");
-  }
-  if (major < 8) return not_supported("compute capability " + std::to_string(major) + ".x (needs 8.0 or later)");
+  cuda_host::Device device;
+  if (!cuda_host::current_device(&device)) return not_supported("no usable CUDA device");
+  if (device.major < 8)
+    return not_supported("compute capability " + std::to_string(device.major) + "." + std::to_string(device.minor) +
+                         " (needs 8.0 or later)");
   // The launcher picks the kernel variant by the same test.
   const bool score_mods = kernel_params(p).has_score_mods();
   const ForwardTiles tiles = sm80::forward_tiles(inst->head_dim, inst->head_dim_v, score_mods);
-  if (smem_optin < tiles.smem_bytes())
+  if (device.smem_optin < tiles.smem_bytes())
     return not_supported("head_dim " + std::to_string(d.head_dim) + " needs " + std::to_string(tiles.smem_bytes()) +
-                         " bytes of shared memory per block, the device has " + std::to_string(smem_optin));
+                         " bytes of shared memory per block, the device has " + std::to_string(device.smem_optin));
 
-  const struct { const void* ptr; const char* name; } pointers[] = {
-      {p.q.data, "q"}, {p.k.data, "k"}, {p.v.data, "v"}, {p.o.data, "o"}, {p.maybe_lse, "maybe_lse"},
-      {p.maybe_cu_seqlens_q, "maybe_cu_seqlens_q"}, {p.maybe_cu_seqlens_k, "maybe_cu_seqlens_k"},
-      {p.maybe_alibi_slopes, "maybe_alibi_slopes"}, {p.maybe_bias.data, "maybe_bias"}, {p.maybe_mask.data, "maybe_mask"}};
-  for (const auto& ptr : pointers)
-    if (ptr.ptr != nullptr && !on_device(ptr.ptr, device))
-      return not_supported(std::string(ptr.name) + " is not device memory of the current device");
+  if (const char* name = cuda_host::first_not_on_device(
+          {{p.q.data, "q"}, {p.k.data, "k"}, {p.v.data, "v"}, {p.o.data, "o"}, {p.maybe_lse, "maybe_lse"},
+           {p.maybe_cu_seqlens_q, "maybe_cu_seqlens_q"}, {p.maybe_cu_seqlens_k, "maybe_cu_seqlens_k"},
+           {p.maybe_alibi_slopes, "maybe_alibi_slopes"}, {p.maybe_bias.data, "maybe_bias"},
+           {p.maybe_mask.data, "maybe_mask"}},
+          device.index))
+    return not_supported(std::string(name) + " is not device memory of the current device");
   return {};
 }
 
@@ -199,7 +170,7 @@ bool cuda_is_device_pointer(const void* ptr) {
     cudaGetLastError();
     return false;
   }
-  return on_device(ptr, device);
+  return cuda_host::on_device(ptr, device);
 }
 
 size_t cuda_sm80_forward_workspace(const ForwardParams&) { return 0; }

@@ -1,0 +1,52 @@
+#include "cuda/host_checks.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <limits>
+
+namespace flashattn::detail::cuda_host {
+
+bool on_device(const void* ptr, int device) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    cudaGetLastError();  // the failed query leaves an error behind; clear it
+    return false;
+  }
+  return (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) && attr.device == device;
+}
+
+const char* first_not_on_device(std::initializer_list<NamedPointer> pointers, int device) {
+  for (const NamedPointer& p : pointers)
+    if (p.ptr != nullptr && !on_device(p.ptr, device)) return p.name;
+  return nullptr;
+}
+
+bool current_device(Device* device) {
+  Device d;
+  if (cudaGetDevice(&d.index) != cudaSuccess ||
+      cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, d.index) != cudaSuccess ||
+      cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, d.index) != cudaSuccess ||
+      cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d.index) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  *device = d;
+  return true;
+}
+
+std::string index_limits(const Dims& d) {
+  constexpr int64_t kMaxGridYZ = 65535;
+  if (d.seqlen_q + d.seqlen_k > std::numeric_limits<int32_t>::max())
+    return "seqlen_q + seqlen_k above 2^31 - 1 (32-bit row indices)";
+  if (d.heads_q > kMaxGridYZ || d.batch > kMaxGridYZ) return "heads_q and batch must be at most 65535 (grid dimensions)";
+  return {};
+}
+
+KernelBand kernel_band(const AttentionParams& p, const Dims& d) {
+  const int64_t right = p.causal ? (p.window_right < 0 ? 0 : std::min<int64_t>(p.window_right, 0)) : p.window_right;
+  const auto clamp_window = [&](int64_t w) { return static_cast<int>(w < 0 ? -1 : std::min(w, d.seqlen_q + d.seqlen_k)); };
+  return {p.alignment == Alignment::kBottomRight, clamp_window(p.window_left), clamp_window(right)};
+}
+
+}  // namespace flashattn::detail::cuda_host
