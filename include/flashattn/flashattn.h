@@ -32,8 +32,9 @@
 extern "C" {
 #endif
 
-/* Version of this C ABI; bumped when fields are appended. */
-#define FA_C_API_VERSION 1
+/* Version of this C ABI; bumped when fields are appended.
+ *   2: fa_backward_params.deterministic */
+#define FA_C_API_VERSION 2
 
 typedef int32_t fa_status;
 enum {
@@ -169,6 +170,11 @@ typedef struct fa_backward_params {
   fa_tensor dq; /* [batch, seqlen_q, heads_q,  head_dim]   */
   fa_tensor dk; /* [batch, seqlen_k, heads_kv, head_dim]   */
   fa_tensor dv; /* [batch, seqlen_k, heads_kv, head_dim_v] */
+
+  /* Version 2. */
+  int32_t deterministic; /* nonzero: dq bit-identical across runs on GPU backends (default 0: the
+                            last bits of dq may vary); CPU backends are always deterministic */
+  int32_t reserved1;     /* padding, ignored */
 } fa_backward_params;
 
 /* flashattn::Launch: how to run; changes speed only, never results. A NULL fa_launch* means all defaults. */

@@ -46,7 +46,8 @@ enum class Alignment : int32_t { kBottomRight = 0, kTopLeft = 1 };
 // standard (fp32, S and P materialised) backends are exact CPU baselines for tests and benchmarks.
 // kCudaSm80: FlashAttention-2-class tensor-core kernels for compute capability >= 8.0 (fp16/bf16;
 // forward with every option, backward with a subset: see README). Its backward accumulates dQ with
-// fp32 atomics, so dQ may differ in the last bits between runs; dK and dV are deterministic.
+// fp32 atomics by default, so dQ may differ in the last bits between runs (dK and dV do not);
+// BackwardParams::deterministic computes dQ without atomics, bit-identical from run to run.
 enum class Backend : int32_t { kAuto = 0, kCpu = 1, kReference = 2, kStandard = 3, kCudaSm80 = 4 };
 
 enum class StatusCode : int32_t {
@@ -161,10 +162,16 @@ struct BackwardParams : AttentionParams {
   Tensor dq;                       // [batch, seqlen_q, heads_q, head_dim]
   Tensor dk;                       // [batch, seqlen_k, heads_kv, head_dim]
   Tensor dv;                       // [batch, seqlen_k, heads_kv, head_dim_v]
+  // false allows run-to-run differences in the last bits of dq on GPU backends (kCudaSm80 sums dQ
+  // with fp32 atomics: fastest); true gives the same bits on every run (dQ in a kernel of its own,
+  // no atomics; a little slower, and less workspace). Either way the results are equally exact.
+  // CPU backends are always deterministic and ignore it.
+  bool deterministic = false;
 };
 
 // How to run; changes speed only, never results (every CPU backend's result is independent of the
-// thread count and bit-for-bit repeatable; see kCudaSm80 for the GPU backward's dQ).
+// thread count and bit-for-bit repeatable; see kCudaSm80 and BackwardParams::deterministic for the
+// GPU backward's dQ).
 struct Launch {
   Backend backend = Backend::kAuto;
   int num_threads = 0;           // CPU: 0 = every hardware thread

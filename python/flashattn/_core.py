@@ -279,7 +279,7 @@ def forward(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, ma
 
 
 def backward(grad_out, q, k, v, out, lse, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0,
-             alibi_slopes=None, bias=None, mask=None, backend="auto", opts):
+             alibi_slopes=None, bias=None, mask=None, backend="auto", deterministic=False, opts):
     ns = namespace(q)
     varlen = cu_seqlens_q is not None
     if getattr(k, "ndim", 0) < 2:
@@ -294,5 +294,5 @@ def backward(grad_out, q, k, v, out, lse, *, cu_seqlens_q=None, cu_seqlens_k=Non
             ns.as_input(cu_seqlens_q, "cu_seqlens_q"), ns.as_input(cu_seqlens_k, "cu_seqlens_k"), int(max_seqlen_q),
             int(max_seqlen_k), opts["scale"], opts["causal"], opts["alignment"], opts["window_left"],
             opts["window_right"], opts["softcap"], backend_code(backend), ns.stream)
-    _call(_ext.backward, ns, *args, num_threads=0, bf16_as_u16=ns.bf16_as_u16)
+    _call(_ext.backward, ns, *args, num_threads=0, bf16_as_u16=ns.bf16_as_u16, deterministic=bool(deterministic))
     return tuple(grads)

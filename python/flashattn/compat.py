@@ -4,9 +4,10 @@ PyTorch's ``scaled_dot_product_attention``, with their signatures, layouts and s
 flash-attn: layout [batch, seqlen, heads, head_dim], bottom-right causal alignment, softmax LSE of
 shape [batch, heads, seqlen_q] ([heads, total_q] for varlen), ``return_attn_probs=True`` returning
 ``(out, softmax_lse, None)`` (flashattn never materialises the probabilities). There is no dropout:
-``dropout_p`` must be 0. ``deterministic`` is accepted and changes nothing: the CPU backends are
-deterministic; the GPU backward sums dQ with fp32 atomics, so dq may differ in its last bits between
-runs (dk and dv do not).
+``dropout_p`` must be 0. ``deterministic`` applies to the backward (torch autograd), as in flash-attn:
+False lets the GPU backward sum dQ with fp32 atomics, so dq may differ in its last bits between runs
+(dk and dv do not); True makes every gradient bit-identical from run to run. The CPU backends are
+always deterministic.
 
 SDPA: layout [batch, heads, seq, head_dim], top-left ``is_causal``, boolean ``attn_mask`` with True
 = attend, float ``attn_mask`` added to the scores, ``enable_gqa`` for fewer key/value heads. A query
@@ -39,7 +40,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     """flash_attn.flash_attn_func: q [batch, seqlen_q, heads, d], k/v [batch, seqlen_k, heads_kv, d]."""
     _no_dropout(dropout_p)
     out, lse = attention(q, k, v, scale=softmax_scale, causal=causal, causal_alignment="bottom_right",
-                         window=window_size, softcap=softcap, alibi_slopes=alibi_slopes, return_lse=True)
+                         window=window_size, softcap=softcap, alibi_slopes=alibi_slopes, return_lse=True,
+                         deterministic=deterministic)
     return (out, lse, None) if return_attn_probs else out
 
 
@@ -61,7 +63,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         raise ValueError("block_table: paged KV is not supported yet")
     out, lse = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=softmax_scale,
                                 causal=causal, causal_alignment="bottom_right", window=window_size, softcap=softcap,
-                                alibi_slopes=alibi_slopes, return_lse=True)
+                                alibi_slopes=alibi_slopes, return_lse=True, deterministic=deterministic)
     return (out, lse, None) if return_attn_probs else out
 
 

@@ -4,7 +4,8 @@ operators, with fake (meta) implementations and autograd, so ``torch.compile(ful
 the GPU backend on the current CUDA stream. Imported by ``flashattn`` on the first call with a tensor.
 
 Bias, mask and ALiBi slopes get no gradient (a bias that requires grad is refused); the LSE output
-is not differentiable.
+is not differentiable. The forward operator takes ``deterministic`` only to hand it to its autograd
+backward (as flash-attn's does): True makes the GPU gradients bit-identical from run to run.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def _stream(t: Tensor) -> int:
     return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
 
 
-def _run(fn, q: Tensor, *args) -> None:
+def _run(fn, q: Tensor, *args, **options) -> None:
     """One extension call; a GPU backend that asks for workspace gets it from PyTorch's allocator.
 
     Tensors go as DLPack capsules from torch's C++ exporter, one per argument (the extension consumes
@@ -32,10 +33,10 @@ def _run(fn, q: Tensor, *args) -> None:
     most of a tiny call's overhead."""
     stream = _stream(q)
     capsules = lambda: [to_dlpack(a) if isinstance(a, Tensor) else a for a in args]  # noqa: E731
-    need = fn(*capsules(), stream=stream, workspace=None, num_threads=0, bf16_as_u16=False)
+    need = fn(*capsules(), stream=stream, workspace=None, num_threads=0, bf16_as_u16=False, **options)
     if need > 0:
         ws = torch.empty(need, dtype=torch.uint8, device=q.device)
-        fn(*capsules(), stream=stream, workspace=ws, num_threads=0, bf16_as_u16=False)
+        fn(*capsules(), stream=stream, workspace=ws, num_threads=0, bf16_as_u16=False, **options)
 
 
 def _out_shapes(q: Tensor, v: Tensor, varlen: bool):
@@ -47,7 +48,7 @@ def _out_shapes(q: Tensor, v: Tensor, varlen: bool):
 def _forward_impl(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], mask: Optional[Tensor],
              alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
              max_seqlen_q: int, max_seqlen_k: int, scale: float, causal: bool, alignment: int, window_left: int,
-             window_right: int, softcap: float, backend: int) -> Tuple[Tensor, Tensor]:
+             window_right: int, softcap: float, backend: int, deterministic: bool = False) -> Tuple[Tensor, Tensor]:
     out_shape, lse_shape = _out_shapes(q, v, cu_seqlens_q is not None)
     out = q.new_empty(out_shape)
     lse = q.new_empty(lse_shape, dtype=torch.float32)
@@ -61,7 +62,7 @@ _forward = torch.library.custom_op("flashattn::forward", _forward_impl, mutates_
 
 @_forward.register_fake
 def _forward_fake(q, k, v, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
-                  causal, alignment, window_left, window_right, softcap, backend):
+                  causal, alignment, window_left, window_right, softcap, backend, deterministic=False):
     out_shape, lse_shape = _out_shapes(q, v, cu_seqlens_q is not None)
     return q.new_empty(out_shape), q.new_empty(lse_shape, dtype=torch.float32)
 
@@ -70,18 +71,19 @@ def _forward_fake(q, k, v, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
 def _backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, bias: Optional[Tensor],
               mask: Optional[Tensor], alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
               cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, scale: float, causal: bool,
-              alignment: int, window_left: int, window_right: int, softcap: float,
-              backend: int) -> Tuple[Tensor, Tensor, Tensor]:
+              alignment: int, window_left: int, window_right: int, softcap: float, backend: int,
+              deterministic: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
     dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
     _run(_ext.backward, q, grad_out, q, k, v, out, lse, dq, dk, dv, bias, mask, alibi_slopes, cu_seqlens_q,
          cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, alignment, window_left, window_right, softcap,
-         backend)
+         backend, deterministic=deterministic)
     return dq, dk, dv
 
 
 @_backward.register_fake
 def _backward_fake(grad_out, q, k, v, out, lse, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                   max_seqlen_k, scale, causal, alignment, window_left, window_right, softcap, backend):
+                   max_seqlen_k, scale, causal, alignment, window_left, window_right, softcap, backend,
+                   deterministic=False):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
@@ -89,7 +91,7 @@ def _setup_context(ctx, inputs, output):
     q, k, v, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k = inputs[:8]
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k)
-    ctx.scalars = inputs[8:]
+    ctx.scalars = inputs[8:]  # max_seqlen_q ... backend, deterministic: _backward's trailing arguments
     ctx.mark_non_differentiable(lse)
 
 
@@ -99,7 +101,7 @@ def _autograd_backward(ctx, grad_out, grad_lse):
         grad_out = grad_out.contiguous()
     dq, dk, dv = _backward(grad_out, q, k, v, out, lse, bias, mask, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
                            *ctx.scalars)
-    return (dq, dk, dv) + (None,) * 14
+    return (dq, dk, dv) + (None,) * 15
 
 
 _forward.register_autograd(_autograd_backward, setup_context=_setup_context)
@@ -195,8 +197,9 @@ def _fast_path_applies(q, k, v) -> bool:
 
 def attention(q: Tensor, k: Tensor, v: Tensor, *, scale=None, causal=False, causal_alignment="bottom_right",
               window=(-1, -1), softcap=0.0, alibi_slopes=None, bias=None, mask=None, return_lse=False,
-              backend="auto"):
-    """flashattn.attention for torch tensors (differentiable in q, k, v)."""
+              backend="auto", deterministic=False):
+    """flashattn.attention for torch tensors (differentiable in q, k, v; deterministic: the mode of the
+    backward autograd runs)."""
     opts = _cached_options(scale, causal, causal_alignment, window, softcap)
     if bias is None and mask is None and alibi_slopes is None and backend == "auto" and _fast_path_applies(q, k, v):
         return _fast_forward(q, k, v, opts, return_lse)
@@ -209,28 +212,30 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, scale=None, causal=False, caus
     op = _forward_impl if _can_skip_dispatcher(q, k, v) else _forward
     out, lse = op(q, k, v, bias, mask, alibi_slopes, None, None, 0, 0, opts["scale"], opts["causal"],
                   opts["alignment"], opts["window_left"], opts["window_right"], opts["softcap"],
-                  _core.backend_code(backend))
+                  _core.backend_code(backend), bool(deterministic))
     return (out, lse) if return_lse else out
 
 
 def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, max_seqlen_q: int,
                      max_seqlen_k: int, *, scale=None, causal=False, causal_alignment="bottom_right", window=(-1, -1),
-                     softcap=0.0, alibi_slopes=None, return_lse=False, backend="auto"):
-    """flashattn.attention_varlen for torch tensors (differentiable in q, k, v)."""
+                     softcap=0.0, alibi_slopes=None, return_lse=False, backend="auto", deterministic=False):
+    """flashattn.attention_varlen for torch tensors (differentiable in q, k, v; deterministic as in
+    attention)."""
     opts = _core.options(scale, causal, causal_alignment, window, softcap)
     _check_tensors(k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, alibi_slopes=alibi_slopes)
     _no_grad_input(alibi_slopes=alibi_slopes)
     out, lse = _forward(q, k, v, None, None, alibi_slopes, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
                         int(max_seqlen_k), opts["scale"], opts["causal"], opts["alignment"], opts["window_left"],
-                        opts["window_right"], opts["softcap"], _core.backend_code(backend))
+                        opts["window_right"], opts["softcap"], _core.backend_code(backend), bool(deterministic))
     return (out, lse) if return_lse else out
 
 
-def attention_backward(grad_out, q, k, v, out, lse, *, alibi_slopes=None, bias=None, mask=None, backend="auto", opts):
+def attention_backward(grad_out, q, k, v, out, lse, *, alibi_slopes=None, bias=None, mask=None, backend="auto",
+                       deterministic=False, opts):
     """flashattn.attention_backward for torch tensors (not itself differentiable)."""
     _check_tensors(grad_out=grad_out, k=k, v=v, out=out, lse=lse, alibi_slopes=alibi_slopes)
     bias = _score_input(bias, "bias", k.shape[1] if k.dim() == 4 else 0)
     mask = _score_input(mask, "mask", k.shape[1] if k.dim() == 4 else 0)
     return _backward(grad_out, q, k, v, out, lse, bias, mask, alibi_slopes, None, None, 0, 0, opts["scale"],
                      opts["causal"], opts["alignment"], opts["window_left"], opts["window_right"], opts["softcap"],
-                     _core.backend_code(backend))
+                     _core.backend_code(backend), bool(deterministic))

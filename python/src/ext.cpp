@@ -505,7 +505,7 @@ int64_t backward(InArray do_, InArray q_, InArray k_, InArray v_, InArray o_, In
                  std::optional<InArray> alibi_, std::optional<InArray> cu_q_, std::optional<InArray> cu_k_,
                  int64_t max_seqlen_q, int64_t max_seqlen_k, float scale, bool causal, int alignment,
                  int64_t window_left, int64_t window_right, float softcap, int backend, uintptr_t stream,
-                 std::optional<OutArray> workspace_, int num_threads, bool bf16_as_u16) {
+                 std::optional<OutArray> workspace_, int num_threads, bool bf16_as_u16, bool deterministic) {
   const View q = view("q", q_), k = view("k", k_), v = view("v", v_), o = view("out", o_), d_o = view("grad_out", do_),
              lse = view("lse", lse_), dq = view("dq", dq_), dk = view("dk", dk_), dv = view("dv", dv_);
   fa::BackwardParams p;
@@ -531,6 +531,7 @@ int64_t backward(InArray do_, InArray q_, InArray k_, InArray v_, InArray o_, In
   check_same_device(q, lse);
   check_lse(lse, p, q, varlen, &p.lse_batch_stride, &p.lse_head_stride);
   p.lse = static_cast<const float*>(lse.data);
+  p.deterministic = deterministic;
   const View ws = view("workspace", workspace_);
   const fa::Launch l = make_launch(q, backend, stream, ws, num_threads);
   return run(p, l, [](const auto& pp, const auto& ll, size_t* b) { return fa::backward_workspace_size(pp, ll, b); },
@@ -562,8 +563,9 @@ NB_MODULE(_ext, m) {
         nb::arg("alibi_slopes").none(), nb::arg("cu_seqlens_q").none(), nb::arg("cu_seqlens_k").none(),
         nb::arg("max_seqlen_q"), nb::arg("max_seqlen_k"), nb::arg("scale"), nb::arg("causal"), nb::arg("alignment"),
         nb::arg("window_left"), nb::arg("window_right"), nb::arg("softcap"), nb::arg("backend"), nb::arg("stream"),
-        nb::arg("workspace").none(), nb::arg("num_threads"), nb::arg("bf16_as_u16"),
-        "backward(...) -> int: writes dq, dk, dv; returns 0 or the device workspace bytes needed (see forward).");
+        nb::arg("workspace").none(), nb::arg("num_threads"), nb::arg("bf16_as_u16"), nb::arg("deterministic"),
+        "backward(...) -> int: writes dq, dk, dv; returns 0 or the device workspace bytes needed (see forward). "
+        "deterministic: dq bit-identical across runs on the GPU (BackwardParams::deterministic).");
   m.attr("BACKENDS") = nb::make_tuple("auto", "cpu", "reference", "standard", "cuda-sm80");
 #ifdef FLASHATTN_PY_CUDA
   m.attr("HAS_CUDA") = true;

@@ -37,10 +37,13 @@ static_assert(sizeof(int) == sizeof(int32_t), "Launch::num_threads travels as in
 // fields; a new version adds its size here and the fields past an older size keep their defaults.
 // The sizes are pinned for LP64 so that an accidental layout change fails to compile.
 constexpr size_t kForwardParamsV1 = sizeof(fa_forward_params);
-constexpr size_t kBackwardParamsV1 = sizeof(fa_backward_params);
+constexpr size_t kBackwardParamsV1 = offsetof(fa_backward_params, deterministic);  // v1 ended with dv
+constexpr size_t kBackwardParamsV2 = sizeof(fa_backward_params);
 constexpr size_t kLaunchV1 = sizeof(fa_launch);
 static_assert(sizeof(void*) != 8 || kForwardParamsV1 == 360, "fa_forward_params v1 layout changed");
 static_assert(sizeof(void*) != 8 || kBackwardParamsV1 == 488, "fa_backward_params v1 layout changed");
+static_assert(sizeof(void*) != 8 || kBackwardParamsV2 == 496, "fa_backward_params v2 layout changed");
+static_assert(kBackwardParamsV1 % alignof(fa_backward_params) == 0, "v1 callers' sizeof is the v2 offset");
 static_assert(sizeof(void*) != 8 || kLaunchV1 == 40, "fa_launch v1 layout changed");
 
 // Writes a + b into the caller's buffer, truncated and NUL-terminated; allocates nothing (it also
@@ -153,7 +156,7 @@ fa_status convert(const fa_forward_params* c, ForwardParams* p, char* err, size_
 fa_status convert(const fa_backward_params* c, BackwardParams* p, char* err, size_t err_len) {
   if (c == nullptr) return reject("params: null pointer", err, err_len);
   fa_backward_params v;
-  if (!read_versioned(*c, &v, fa_backward_params_init, {kBackwardParamsV1}))
+  if (!read_versioned(*c, &v, fa_backward_params_init, {kBackwardParamsV1, kBackwardParamsV2}))
     return reject("params.struct_size: not a fa_backward_params size this library knows; call fa_backward_params_init",
                   err, err_len);
   to_cpp_attention(v, *p);
@@ -165,6 +168,7 @@ fa_status convert(const fa_backward_params* c, BackwardParams* p, char* err, siz
   p->dq = to_cpp(v.dq);
   p->dk = to_cpp(v.dk);
   p->dv = to_cpp(v.dv);
+  p->deterministic = v.deterministic != 0;
   return FA_STATUS_OK;
 }
 
@@ -215,6 +219,7 @@ void fa_backward_params_init(fa_backward_params* params) {
   std::memset(static_cast<void*>(params), 0, sizeof(*params));
   params->struct_size = sizeof(*params);
   init_attention(params);
+  params->deterministic = BackwardParams{}.deterministic ? 1 : 0;
 }
 
 void fa_launch_init(fa_launch* launch) {

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -86,6 +88,7 @@ fa_backward_params to_c(const BackwardParams& g) {
   c.dq = to_c(g.dq);
   c.dk = to_c(g.dk);
   c.dv = to_c(g.dv);
+  c.deterministic = g.deterministic ? 1 : 0;
   return c;
 }
 
@@ -187,6 +190,7 @@ TEST(CApi, InitSetsTheCppDefaults) {
   EXPECT_EQ(g.lse, dg.lse);
   EXPECT_EQ(g.d_o.data, dg.d_o.data);
   EXPECT_EQ(g.dv.data, dg.dv.data);
+  EXPECT_EQ(g.deterministic != 0, dg.deterministic);
 
   fa_launch l;
   std::memset(static_cast<void*>(&l), 0xff, sizeof l);
@@ -407,7 +411,8 @@ TEST(CApi, StructSizeMismatchIsRejected) {
   run_forward(p, Backend::kReference);
   const auto before = outputs_of(p);
   char err[256];
-  for (size_t delta : {size_t{8}, size_t{0} - 8, size_t{0} - sizeof(fa_forward_params), size_t{1}}) {
+  // (Not -8: the fa_backward_params of C ABI v1 was 8 bytes shorter than v2's, and is known.)
+  for (size_t delta : {size_t{8}, size_t{0} - 4, size_t{0} - sizeof(fa_forward_params), size_t{1}}) {
     SCOPED_TRACE("struct_size delta " + std::to_string(static_cast<int64_t>(delta)));
     fa_forward_params f = to_c(p.forward_params());
     f.struct_size += delta;
@@ -431,6 +436,52 @@ TEST(CApi, StructSizeMismatchIsRejected) {
     EXPECT_EQ(fa_forward_supported(&good, &l, err, sizeof err), FA_STATUS_INVALID_ARGUMENT);
   }
   EXPECT_TRUE(outputs_of(p) == before) << "a call with a bad struct_size wrote to its outputs";
+}
+
+// Callers built against C ABI v1 keep working: their fa_backward_params ends before
+// `deterministic`. The struct sits in an allocation of exactly the v1 size, so that a read past it
+// is a heap overflow (caught by the ASan suite). Such a caller gets the default mode; on the CPU,
+// both modes give the same bits (CPU backends are always deterministic).
+TEST(CApi, BackwardParamsV1StillAccepted) {
+  const Case c = varlen_case();
+  const uint64_t seed = fresh_seed("capi v1 backward");
+  Problem cpp = make_problem(c, seed), v1 = make_problem(c, seed), v2 = make_problem(c, seed);
+  for (Problem* p : {&cpp, &v1, &v2}) run_forward(*p, Backend::kReference);
+  Launch launch;
+  launch.backend = Backend::kCpu;
+  launch.num_threads = 2;
+  ASSERT_TRUE(flashattn::backward(cpp.backward_params(), launch).ok());
+  const fa_launch cl = to_c(launch);
+  char err[256];
+
+  constexpr size_t kV1Size = offsetof(fa_backward_params, deterministic);
+  static_assert(sizeof(void*) != 8 || kV1Size == 488, "the v1 layout is frozen");
+  const fa_backward_params full = to_c(v1.backward_params());
+  void* block = std::malloc(kV1Size);
+  ASSERT_NE(block, nullptr);
+  std::memcpy(block, &full, kV1Size);
+  static_cast<fa_backward_params*>(block)->struct_size = kV1Size;
+  const fa_status s = fa_backward(static_cast<const fa_backward_params*>(block), &cl, err, sizeof err);
+  size_t bytes = 0, cpp_bytes = 0;
+  const fa_status ws = fa_backward_workspace_size(static_cast<const fa_backward_params*>(block), &cl, &bytes, err,
+                                                  sizeof err);
+  std::free(block);
+  ASSERT_EQ(s, FA_STATUS_OK) << err;
+  ASSERT_EQ(ws, FA_STATUS_OK) << err;
+  ASSERT_TRUE(flashattn::backward_workspace_size(cpp.backward_params(), launch, &cpp_bytes).ok());
+  EXPECT_EQ(bytes, cpp_bytes);
+  EXPECT_TRUE(bytes_of(cpp.dq.storage) == bytes_of(v1.dq.storage)) << "dq differs for a v1 caller";
+  EXPECT_TRUE(bytes_of(cpp.dk.storage) == bytes_of(v1.dk.storage)) << "dk differs for a v1 caller";
+  EXPECT_TRUE(bytes_of(cpp.dv.storage) == bytes_of(v1.dv.storage)) << "dv differs for a v1 caller";
+
+  // A v2 caller asking for the deterministic mode: the CPU's bits are the same.
+  fa_backward_params det = to_c(v2.backward_params());
+  ASSERT_EQ(det.struct_size, sizeof(fa_backward_params));
+  det.deterministic = 1;
+  ASSERT_EQ(fa_backward(&det, &cl, err, sizeof err), FA_STATUS_OK) << err;
+  EXPECT_TRUE(bytes_of(cpp.dq.storage) == bytes_of(v2.dq.storage)) << "dq differs in the deterministic mode";
+  EXPECT_TRUE(bytes_of(cpp.dk.storage) == bytes_of(v2.dk.storage)) << "dk differs in the deterministic mode";
+  EXPECT_TRUE(bytes_of(cpp.dv.storage) == bytes_of(v2.dv.storage)) << "dv differs in the deterministic mode";
 }
 
 // No shared state: concurrent calls (one of them failing) each get their own result and message.

@@ -5,11 +5,14 @@
 // error <= 3x the max error of standard attention's backward computed in the same low precision
 // (S, P, dP, dS rounded to the storage type, fp32 softmax and accumulation) + a small floor.
 // Visibility from problem.hpp's visible_keys, the definition the kernel mirrors.
+// The deterministic mode (BackwardParams::deterministic: dQ in its own kernel, no atomics) passes
+// the same rule over the same kinds of case, and two of its runs give the same bytes.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <random>
@@ -21,6 +24,7 @@
 #include "core/dtype.hpp"
 #include "core/problem.hpp"
 #include "cuda/cuda_backend.hpp"
+#include "flashattn/flashattn.h"
 #include "flashattn/flashattn.hpp"
 
 namespace {
@@ -58,6 +62,7 @@ struct Case {
   int64_t window_left = -1, window_right = -1;
   std::vector<int32_t> varlen_q, varlen_k;  // non-empty: variable-length batch
   float scale = 0.0f;
+  bool deterministic = false;
 
   std::string name() const {
     std::ostringstream s;
@@ -68,6 +73,7 @@ struct Case {
     if (causal) s << (alignment == Alignment::kBottomRight ? "_causalBR" : "_causalTL");
     if (window_left >= 0 || window_right >= 0) s << "_win" << window_left << "_" << window_right;
     if (scale != 0.0f) s << "_scale" << static_cast<int>(scale * 100);
+    if (deterministic) s << "_deterministic";
     return s.str();
   }
 };
@@ -96,7 +102,11 @@ struct Tensor {
     for (size_t x = 0; x < s.size(); ++x) out[x] = from_storage(s[x], t);
     return out;
   }
-  void poison() const { ASSERT_EQ(cudaMemset(device, 0xff, std::max<size_t>(host.size(), 8) * 2), cudaSuccess); }
+  std::vector<uint8_t> bytes() const {
+    std::vector<uint8_t> out(host.size() * 2);
+    EXPECT_EQ(cudaMemcpy(out.data(), device, out.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    return out;
+  }
   // Batch stride for the non-varlen [batch, seqlen, heads, dim] view.
   flashattn::Tensor view(int64_t seqlen) const { return {device, seqlen * heads * dim, heads * dim, dim}; }
 };
@@ -183,6 +193,7 @@ struct Problem {
     p.alignment = c.alignment;
     p.window_left = c.window_left;
     p.window_right = c.window_right;
+    p.deterministic = c.deterministic;
     return p;
   }
 
@@ -340,33 +351,48 @@ void expect_close(const char* what, const std::vector<float>& ours, const std::v
   std::printf("  %s: error %.3g, standard low precision %.3g, bound %.3g\n", what, err, err_lowp, bound);
 }
 
+// Runs the backward of p through the public selection point: kAuto picks the GPU path for device
+// pointers, and the caller-owned workspace is what backward_workspace_size() says, filled with
+// workspace_fill bytes (0xff: NaN, so that nothing is read unwritten). dq, dk and dv are poisoned
+// with NaN first. False (with the failure recorded) when any step fails.
+bool run_backward(const Problem& pb, const BackwardParams& p, int workspace_fill = 0xff) {
+  flashattn::Launch launch;
+  size_t bytes = 0;
+  const flashattn::Status st = flashattn::backward_workspace_size(p, launch, &bytes);
+  EXPECT_TRUE(st.ok()) << st.message;
+  void* workspace = nullptr;
+  if (!st.ok() || cudaMalloc(&workspace, std::max<size_t>(bytes, 1)) != cudaSuccess) {
+    ADD_FAILURE() << "no workspace";
+    return false;
+  }
+  bool ok = cudaMemset(workspace, workspace_fill, std::max<size_t>(bytes, 1)) == cudaSuccess;
+  for (const Tensor* t : {&pb.dq, &pb.dk, &pb.dv})
+    ok = ok && cudaMemset(t->device, 0xff, std::max<size_t>(t->host.size(), 8) * 2) == cudaSuccess;
+  EXPECT_TRUE(ok) << "poisoning failed";
+  launch.workspace = workspace;
+  launch.workspace_bytes = bytes;
+  const flashattn::Status run = flashattn::backward(p, launch);
+  EXPECT_TRUE(run.ok()) << run.message;
+  const cudaError_t launched = cudaGetLastError(), done = cudaDeviceSynchronize();
+  EXPECT_EQ(launched, cudaSuccess) << cudaGetErrorString(launched);
+  EXPECT_EQ(done, cudaSuccess) << cudaGetErrorString(done);
+  cudaFree(workspace);
+  return ok && run.ok() && launched == cudaSuccess && done == cudaSuccess;
+}
+
+void expect_gradients_close(const Problem& pb, const Gradients& ref) {
+  expect_close("dq", pb.dq.download(pb.c.dtype), ref.dq, ref.dq_lowp);
+  expect_close("dk", pb.dk.download(pb.c.dtype), ref.dk, ref.dk_lowp);
+  expect_close("dv", pb.dv.download(pb.c.dtype), ref.dv, ref.dv_lowp);
+}
+
 void check_case(const Case& cs) {
   Problem pb(cs);
   for (const Tensor* t : {&pb.q, &pb.k, &pb.v, &pb.o, &pb.d_o, &pb.dq, &pb.dk, &pb.dv})
     ASSERT_NE(t->device, nullptr) << "cudaMalloc failed";
   const Gradients ref = pb.prepare(fresh_seed(cs.name()));
   if (::testing::Test::HasFatalFailure()) return;
-  const BackwardParams p = pb.params(false);
-  // Through the public selection point: kAuto picks the GPU path for device pointers, and the
-  // caller-owned workspace is what backward_workspace_size() says.
-  flashattn::Launch launch;
-  size_t bytes = 0;
-  const flashattn::Status st = flashattn::backward_workspace_size(p, launch, &bytes);
-  ASSERT_TRUE(st.ok()) << st.message;
-  void* workspace = nullptr;
-  ASSERT_EQ(cudaMalloc(&workspace, std::max<size_t>(bytes, 1)), cudaSuccess);
-  ASSERT_EQ(cudaMemset(workspace, 0xff, std::max<size_t>(bytes, 1)), cudaSuccess);  // NaN: nothing read unwritten
-  for (const Tensor* t : {&pb.dq, &pb.dk, &pb.dv}) t->poison();
-  launch.workspace = workspace;
-  launch.workspace_bytes = bytes;
-  const flashattn::Status run = flashattn::backward(p, launch);
-  ASSERT_TRUE(run.ok()) << run.message;
-  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  cudaFree(workspace);
-  expect_close("dq", pb.dq.download(cs.dtype), ref.dq, ref.dq_lowp);
-  expect_close("dk", pb.dk.download(cs.dtype), ref.dk, ref.dk_lowp);
-  expect_close("dv", pb.dv.download(cs.dtype), ref.dv, ref.dv_lowp);
+  if (run_backward(pb, pb.params(false))) expect_gradients_close(pb, ref);
 }
 
 Case make(DType t, int64_t sq, int64_t sk, int64_t d) {
@@ -457,6 +483,165 @@ TEST(Sm80BackwardSmall, OtherHeadDimsAndScale) {
     SCOPED_TRACE(c.name());
     check_case(c);
   }
+}
+
+// The deterministic mode over the cases above: every head dim built (and smaller multiples of 8,
+// zero-padded), sizes that are not tile multiples, causal in both alignments (with rows that see
+// no key), sliding windows, GQA/MQA, varlen with empty sequences, a custom scale.
+std::vector<Case> deterministic_cases() {
+  std::vector<Case> cases;
+  const auto add = [&](Case c) {
+    c.deterministic = true;
+    cases.push_back(c);
+  };
+  for (DType t : kTypes)
+    for (int64_t d : {64, 96, 128})
+      for (auto [sq, sk] : {std::pair<int64_t, int64_t>{1, 1}, {113, 203}, {203, 113}}) {
+        Case c = make(t, sq, sk, d);
+        c.batch = 2;
+        add(c);
+      }
+  for (DType t : kTypes)
+    for (Alignment a : {Alignment::kBottomRight, Alignment::kTopLeft})
+      for (auto [sq, sk] : {std::pair<int64_t, int64_t>{113, 203}, {203, 113}, {17, 17}}) {
+        Case c = make(t, sq, sk, t == DType::kBFloat16 ? 128 : 64);
+        c.causal = true;
+        c.alignment = a;
+        add(c);
+      }
+  for (auto [left, right] : {std::pair<int64_t, int64_t>{37, 5}, {0, 0}, {70, -1}, {-1, 3}}) {
+    Case c = make(DType::kBFloat16, 203, 181, 64);
+    c.window_left = left;
+    c.window_right = right;
+    add(c);
+  }
+  {
+    Case c = make(DType::kFloat16, 203, 113, 128);
+    c.causal = true;
+    c.window_left = 20;
+    add(c);
+  }
+  for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{6, 2}, {4, 1}}) {
+    Case c = make(DType::kBFloat16, 113, 203, 128);
+    c.hq = hq;
+    c.hkv = hkv;
+    c.causal = true;
+    add(c);
+  }
+  for (bool causal : {false, true}) {
+    Case c = make(DType::kBFloat16, 0, 0, 64);
+    c.varlen_q = {0, 17, 113, 5, 70};
+    c.varlen_k = {13, 0, 203, 64, 70};
+    c.hq = 4;
+    c.hkv = 2;
+    c.causal = causal;
+    add(c);
+  }
+  for (int64_t d : {40, 8, 120}) {
+    Case c = make(DType::kFloat16, 113, 97, d);
+    c.scale = 0.3f;
+    add(c);
+  }
+  return cases;
+}
+
+TEST(Sm80BackwardSmall, DeterministicMatchesReference) {
+  for (const Case& c : deterministic_cases()) {
+    SCOPED_TRACE(c.name());
+    check_case(c);
+  }
+}
+
+TEST(Sm80Backward, DeterministicLong) {
+  for (int64_t d : {64, 128}) {
+    Case c = make(DType::kBFloat16, 1023, 1023, d);
+    c.hq = 4;
+    c.hkv = 2;
+    c.deterministic = true;
+    SCOPED_TRACE(c.name());
+    check_case(c);
+  }
+}
+
+// Two deterministic runs give the same bytes of dq, dk and dv, whatever the workspace held before
+// (NaN, then zeros) and with outputs poisoned before each; the first run is also checked against
+// the reference, so that two equally wrong runs cannot pass. dK and dV come from the same main
+// kernel in both modes, so the default mode gives their bytes too. The cases have many key blocks
+// adding into each dQ row (long sequences, GQA), where the default mode's atomics reorder.
+TEST(Sm80BackwardSmall, DeterministicRunsAreBitIdentical) {
+  Case gqa = make(DType::kBFloat16, 517, 777, 128);
+  gqa.batch = 2;
+  gqa.hq = 6;
+  gqa.hkv = 2;
+  gqa.causal = true;
+  Case varlen = make(DType::kFloat16, 0, 0, 64);
+  varlen.varlen_q = {300, 0, 517, 1};
+  varlen.varlen_k = {611, 9, 517, 0};
+  varlen.hq = 4;
+  varlen.hkv = 1;
+  for (Case c : {gqa, varlen}) {
+    c.deterministic = true;
+    SCOPED_TRACE(c.name());
+    Problem pb(c);
+    const Gradients ref = pb.prepare(fresh_seed(c.name()));
+    if (::testing::Test::HasFatalFailure()) return;
+    BackwardParams p = pb.params(false);
+    ASSERT_TRUE(run_backward(pb, p, 0xff));
+    expect_gradients_close(pb, ref);
+    const std::vector<uint8_t> dq = pb.dq.bytes(), dk = pb.dk.bytes(), dv = pb.dv.bytes();
+    ASSERT_TRUE(run_backward(pb, p, 0x00));
+    EXPECT_TRUE(pb.dq.bytes() == dq) << "dq differs between two deterministic runs";
+    EXPECT_TRUE(pb.dk.bytes() == dk) << "dk differs between two deterministic runs";
+    EXPECT_TRUE(pb.dv.bytes() == dv) << "dv differs between two deterministic runs";
+    p.deterministic = false;
+    ASSERT_TRUE(run_backward(pb, p, 0xff));
+    EXPECT_TRUE(pb.dk.bytes() == dk) << "dk differs between the two modes";
+    EXPECT_TRUE(pb.dv.bytes() == dv) << "dv differs between the two modes";
+    expect_close("dq (default mode)", pb.dq.download(c.dtype), ref.dq, ref.dq_lowp);
+  }
+}
+
+// The deterministic mode needs no dQ accumulator: its workspace is smaller by exactly one fp32
+// [batch, heads_q, seqlen_q, head_dim] array, in C++ and through the C ABI, whose v1 callers (no
+// deterministic field) get the default mode whatever lies past their struct.
+TEST(Sm80BackwardSmall, DeterministicWorkspace) {
+  Case c = make(DType::kBFloat16, 113, 203, 96);
+  c.batch = 3;
+  c.hq = 4;
+  c.hkv = 2;
+  Problem pb(c);
+  BackwardParams p = pb.params(false);
+  size_t plain = 0, deterministic = 0;
+  ASSERT_TRUE(flashattn::backward_workspace_size(p, {}, &plain).ok());
+  p.deterministic = true;
+  ASSERT_TRUE(flashattn::backward_workspace_size(p, {}, &deterministic).ok());
+  EXPECT_EQ(plain - deterministic, static_cast<size_t>(c.batch * c.hq * c.sq * c.d * 4));
+
+  fa_backward_params g;
+  fa_backward_params_init(&g);
+  EXPECT_EQ(g.deterministic, 0);
+  g.dtype = FA_DTYPE_BFLOAT16;
+  g.batch = p.batch, g.seqlen_q = p.seqlen_q, g.seqlen_k = p.seqlen_k;
+  g.heads_q = p.heads_q, g.heads_kv = p.heads_kv, g.head_dim = p.head_dim;
+  const auto to_c = [](const flashattn::ConstTensor& t) {
+    return fa_const_tensor{t.data, t.batch_stride, t.row_stride, t.head_stride};
+  };
+  const auto to_c_out = [](const flashattn::Tensor& t) {
+    return fa_tensor{t.data, t.batch_stride, t.row_stride, t.head_stride};
+  };
+  g.q = to_c(p.q), g.k = to_c(p.k), g.v = to_c(p.v), g.o = to_c(p.o), g.d_o = to_c(p.d_o);
+  g.dq = to_c_out(p.dq), g.dk = to_c_out(p.dk), g.dv = to_c_out(p.dv);
+  g.lse = p.lse, g.lse_batch_stride = p.lse_batch_stride, g.lse_head_stride = p.lse_head_stride;
+  char err[256];
+  size_t bytes = 0;
+  ASSERT_EQ(fa_backward_workspace_size(&g, nullptr, &bytes, err, sizeof err), FA_STATUS_OK) << err;
+  EXPECT_EQ(bytes, plain);
+  g.deterministic = 1;
+  ASSERT_EQ(fa_backward_workspace_size(&g, nullptr, &bytes, err, sizeof err), FA_STATUS_OK) << err;
+  EXPECT_EQ(bytes, deterministic);
+  g.struct_size = offsetof(fa_backward_params, deterministic);  // a v1 caller
+  ASSERT_EQ(fa_backward_workspace_size(&g, nullptr, &bytes, err, sizeof err), FA_STATUS_OK) << err;
+  EXPECT_EQ(bytes, plain);
 }
 
 TEST(Sm80BackwardSmall, RefusesWhatItDoesNotDo) {

@@ -196,6 +196,22 @@ def test_results_are_deterministic():
     assert np.array_equal(out1, out2) and np.array_equal(lse1, lse2)
 
 
+def test_deterministic_backward_argument(monkeypatch):
+    """attention_backward(deterministic=...) reaches the C++ backward; the CPU gives the same bits either way."""
+    seen = []
+    real = flashattn._ext.backward
+    monkeypatch.setattr(flashattn._ext, "backward", lambda *a, **kw: seen.append(kw["deterministic"]) or real(*a, **kw))
+    rng = ref.seed_rng()
+    q, k, v, kw = make_problem(rng, (2, 33, 40, 4, 2, 32, 32), OPTIONS["causal"])
+    out, lse = flashattn.attention(q, k, v, return_lse=True, **kw)
+    grad_out = rng.standard_normal(out.shape).astype(np.float32)
+    plain = flashattn.attention_backward(grad_out, q, k, v, out, lse, **kw)
+    det = flashattn.attention_backward(grad_out, q, k, v, out, lse, deterministic=True, **kw)
+    assert seen == [False, True]
+    for a, b in zip(plain, det):
+        assert np.array_equal(a, b)
+
+
 def _varlen_problem(rng, lens_q, lens_k, h=4, hkv=2, d=32):
     cu_q = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
     cu_k = np.concatenate([[0], np.cumsum(lens_k)]).astype(np.int32)

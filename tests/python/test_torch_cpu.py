@@ -66,10 +66,10 @@ def _opcheck_samples():
     bias, mask = t(1, 4, 9, 13), torch.from_numpy(rng.random((2, 1, 1, 13)) < 0.8)
     slopes = torch.rand(4)
     cu_q, cu_k = torch.tensor([0, 4, 9], dtype=torch.int32), torch.tensor([0, 6, 13], dtype=torch.int32)
-    return [
+    return [  # the last argument, deterministic, left to its default in the first sample
         (q, k, v, None, None, None, None, None, 0, 0, 0.0, False, 0, -1, -1, 0.0, 0),
-        (q, k, v, bias, mask, slopes, None, None, 0, 0, 0.25, True, 1, 5, -1, 3.0, 0),
-        (q[0], k[0], v[0], None, None, None, cu_q, cu_k, 5, 7, 0.0, True, 0, -1, -1, 0.0, 0),
+        (q, k, v, bias, mask, slopes, None, None, 0, 0, 0.25, True, 1, 5, -1, 3.0, 0, True),
+        (q[0], k[0], v[0], None, None, None, cu_q, cu_k, 5, 7, 0.0, True, 0, -1, -1, 0.0, 0, False),
     ]
 
 
@@ -164,6 +164,62 @@ def test_flash_attn_compat_with_tensors():
                                kv.detach()[None, lo:hi].numpy(), causal=True)
         assert_close(out.detach()[lo:hi].numpy(), o_ref[0], TOL[np.float32], "varlen out")
     assert torch.isfinite(kv.grad).all() and kv.grad.abs().sum() > 0
+
+
+@pytest.fixture
+def backward_modes(monkeypatch):
+    """The deterministic argument of every extension backward call made during the test."""
+    seen = []
+    real = flashattn._ext.backward
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["deterministic"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(flashattn._ext, "backward", spy)
+    return seen
+
+
+def test_deterministic_reaches_the_backward(backward_modes):
+    """flash-attn's deterministic argument, flashattn.attention's and attention_backward's reach the C++
+    backward through autograd and the custom ops (the CPU gives the same bits either way)."""
+    torch.manual_seed(0)
+    qkv = torch.randn(2, 19, 3, 4, 16)
+    grads = []
+    for deterministic in (False, True):
+        leaf = qkv.clone().requires_grad_()
+        compat.flash_attn_qkvpacked_func(leaf, causal=True, deterministic=deterministic).sum().backward()
+        grads.append(leaf.grad)
+    assert backward_modes == [False, True]
+    assert torch.equal(grads[0], grads[1])
+
+    q, k, v = (qkv[:, :, i].clone().requires_grad_() for i in range(3))
+    compat.flash_attn_func(q, k, v, window_size=(5, 0), deterministic=True).sum().backward()
+    flashattn.attention(q, k, v, deterministic=True).sum().backward()
+    flashattn.attention(q, k, v).sum().backward()
+    assert backward_modes[2:] == [True, True, False]
+
+    cu = torch.tensor([0, 7, 19], dtype=torch.int32)
+    qv, kv = torch.randn(19, 4, 16, requires_grad=True), torch.randn(19, 2, 16, requires_grad=True)
+    compat.flash_attn_varlen_func(qv, kv, kv, cu, cu, 12, 12, causal=True, deterministic=True).sum().backward()
+    assert backward_modes[5:] == [True]
+
+    with torch.no_grad():
+        out, lse = flashattn.attention(q, k, v, return_lse=True)
+    flashattn.attention_backward(torch.ones_like(out), q.detach(), k.detach(), v.detach(), out, lse,
+                                 deterministic=True)
+    assert backward_modes[6:] == [True]
+
+
+def test_deterministic_under_torch_compile(backward_modes):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 11, 2, 8, requires_grad=True) for _ in range(3))
+    torch._dynamo.reset()
+    fn = torch.compile(lambda q, k, v: compat.flash_attn_func(q, k, v, causal=True, deterministic=True).sum(),
+                       backend="aot_eager", fullgraph=True)
+    fn(q, k, v).backward()
+    assert backward_modes == [True]
+    assert torch.isfinite(q.grad).all() and q.grad.abs().sum() > 0
 
 
 def test_torch_errors_name_the_argument():

@@ -126,6 +126,60 @@ def test_gradients_match_reference(dtype, shape, option):
         assert err <= 3 * ref_err + 1e-4, f"{name}: flashattn error {err} vs standard attention {ref_err}"
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_deterministic_gradients_are_bit_identical(dtype):
+    """flash-attn's deterministic=True: two autograd runs give the same bytes of dq, dk and dv (many key
+    blocks add into each dq row here: GQA, long keys), within the 3x rule of the fp64 reference; dk and
+    dv are also the default mode's bytes (one kernel computes them in both modes)."""
+    torch.manual_seed(0)
+    b, sq, sk, h, hkv, d = 2, 300, 517, 6, 2, 128
+    inputs = [torch.randn(b, n, heads, d, device="cuda", dtype=dtype) for n, heads in ((sq, h), (sk, hkv), (sk, hkv))]
+    grad_out = torch.randn(b, sq, h, d, device="cuda", dtype=dtype)
+
+    def grads(fn, tensors):
+        leaves = [t.detach().requires_grad_() for t in tensors]
+        fn(*leaves).backward(grad_out.to(leaves[0].dtype))
+        return [t.grad for t in leaves]
+
+    run = lambda deterministic: grads(  # noqa: E731
+        lambda q, k, v: compat.flash_attn_func(q, k, v, causal=True, deterministic=deterministic), inputs)
+    first, second, default = run(True), run(True), run(False)
+    bits = lambda t: t.view(torch.int16)  # noqa: E731
+    for name, g1, g2 in zip(("dq", "dk", "dv"), first, second):
+        assert torch.equal(bits(g1), bits(g2)), f"{name} differs between two deterministic runs"
+    for name, g1, g0 in zip(("dk", "dv"), first[1:], default[1:]):
+        assert torch.equal(bits(g1), bits(g0)), f"{name} differs between the two modes"
+    exact = grads(lambda q, k, v: attention_ref(q, k, v, causal=True), [t.double() for t in inputs])
+    base = grads(lambda q, k, v: attention_ref(q, k, v, causal=True), inputs)
+    for name, g, g0, g_exact, g_base in zip(("dq", "dk", "dv"), first, default, exact, base):
+        ref_err = (g_base.double() - g_exact).abs().max().item()
+        for mode, ours in (("deterministic", g), ("default", g0)):
+            err = (ours.double() - g_exact).abs().max().item()
+            assert err <= 3 * ref_err + 1e-4, f"{name} ({mode}): flashattn error {err} vs standard attention {ref_err}"
+
+
+def test_deterministic_varlen_is_bit_identical():
+    torch.manual_seed(0)
+    lens = [0, 130, 301, 7]
+    offsets = [0]
+    for n in lens:
+        offsets.append(offsets[-1] + n)
+    cu = torch.tensor(offsets, dtype=torch.int32, device="cuda")
+    total = offsets[-1]
+    q = torch.randn(total, 4, 64, device="cuda", dtype=torch.float16)
+    kv = torch.randn(total, 1, 64, device="cuda", dtype=torch.float16)
+
+    def run():
+        leaves = [t.detach().requires_grad_() for t in (q, kv, kv)]
+        out = compat.flash_attn_varlen_func(*leaves, cu, cu, max(lens), max(lens), causal=True, deterministic=True)
+        out.float().square().sum().backward()
+        return [t.grad for t in leaves]
+
+    for g1, g2 in zip(run(), run()):
+        assert torch.isfinite(g1).all() and g1.abs().sum() > 0
+        assert torch.equal(g1.view(torch.int16), g2.view(torch.int16))
+
+
 def test_current_stream_is_used():
     torch.manual_seed(0)
     q = torch.randn(2, 500, 8, 128, device="cuda", dtype=torch.float16)
@@ -184,9 +238,10 @@ def test_cuda_graph_capture_and_replay_backward():
 def test_opcheck_cuda():
     q = torch.randn(2, 9, 4, 64, device="cuda", dtype=torch.float16)
     k = torch.randn(2, 13, 2, 64, device="cuda", dtype=torch.float16)
-    args = (q, k, k.clone(), None, None, None, None, None, 0, 0, 0.0, True, 0, -1, -1, 0.0, 0)
-    torch.library.opcheck(torch.ops.flashattn.forward.default, args,
-                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
+    for deterministic in (False, True):
+        args = (q, k, k.clone(), None, None, None, None, None, 0, 0, 0.0, True, 0, -1, -1, 0.0, 0, deterministic)
+        torch.library.opcheck(torch.ops.flashattn.forward.default, args,
+                              test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
 
 
 def test_torch_compile_fullgraph_cuda():

@@ -2,6 +2,7 @@
 // the translation of BackwardParams into the kernels' params and workspace layout.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -9,6 +10,7 @@
 
 #include "core/problem.hpp"
 #include "cuda/cuda_backend.hpp"
+#include "cuda/sm80/backward_dq_policy.hpp"
 #include "cuda/sm80/backward_launch.hpp"
 #include "cuda/sm80/backward_params.hpp"
 #include "cuda/sm80/backward_policy.hpp"
@@ -17,7 +19,6 @@ namespace flashattn::detail {
 namespace {
 
 using sm80::BackwardKernelParams;
-using sm80::BackwardTiles;
 
 struct BackwardInstance {
   int head_dim;
@@ -91,8 +92,10 @@ BackwardKernelParams kernel_params(const BackwardParams& p, void* workspace) {
   const int64_t rows = d.batch * d.heads_q * d.seqlen_q;
   const uintptr_t base = reinterpret_cast<uintptr_t>(workspace);
   const uintptr_t aligned = (base + sm80::kWorkspaceAlignment - 1) / sm80::kWorkspaceAlignment * sm80::kWorkspaceAlignment;
-  k.dq_accum = reinterpret_cast<float*>(aligned);
-  k.delta = k.dq_accum + rows * d.head_dim;
+  // The layout of backward_workspace_bytes(); the deterministic mode has no dQ accumulator.
+  float* arrays = reinterpret_cast<float*>(aligned);
+  k.dq_accum = p.deterministic ? nullptr : arrays;
+  k.delta = arrays + (p.deterministic ? 0 : rows * d.head_dim);
   k.lse_log2 = k.delta + rows;
 
   k.batch = static_cast<int>(d.batch);
@@ -154,10 +157,14 @@ Status cuda_sm80_backward_supported(const BackwardParams& p) {
     return not_supported("no usable CUDA device");
   }
   if (major < 8) return not_supported("compute capability " + std::to_string(major) + ".x (needs 8.0 or later)");
-  const BackwardTiles tiles = sm80::backward_tiles(pick_instance(p)->head_dim);
-  if (smem_optin < tiles.smem_bytes())
-    return not_supported("head_dim " + std::to_string(d.head_dim) + " needs " + std::to_string(tiles.smem_bytes()) +
-                         " bytes of shared memory per block, the device has " + std::to_string(smem_optin));
+  // The main kernel's shared memory, and the dQ kernel's in the deterministic mode.
+  const int instance_head_dim = pick_instance(p)->head_dim;
+  const int smem = std::max(sm80::backward_tiles(instance_head_dim).smem_bytes(),
+                            p.deterministic ? sm80::backward_dq_tiles(instance_head_dim).smem_bytes() : 0);
+  if (smem_optin < smem)
+    return not_supported("head_dim " + std::to_string(d.head_dim) + (p.deterministic ? " (deterministic)" : "") +
+                         " needs " + std::to_string(smem) + " bytes of shared memory per block, the device has " +
+                         std::to_string(smem_optin));
 
   const struct { const void* ptr; const char* name; } pointers[] = {
       {p.q.data, "q"}, {p.k.data, "k"}, {p.v.data, "v"}, {p.o.data, "o"}, {p.d_o.data, "d_o"}, {p.lse, "lse"},
@@ -171,7 +178,7 @@ Status cuda_sm80_backward_supported(const BackwardParams& p) {
 
 size_t cuda_sm80_backward_workspace(const BackwardParams& p) {
   const Dims d = resolve_dims(p);
-  return static_cast<size_t>(sm80::backward_workspace_bytes(d.batch, d.heads_q, d.seqlen_q, d.head_dim));
+  return static_cast<size_t>(sm80::backward_workspace_bytes(d.batch, d.heads_q, d.seqlen_q, d.head_dim, p.deterministic));
 }
 
 void cuda_sm80_backward(const BackwardParams& p, void* workspace, void* stream) {

@@ -1,11 +1,18 @@
 // Definition of launch_backward: preprocess (grid: query row groups, heads_q, batch), the main
-// kernel (grid: key blocks, heads_kv, batch; dynamic shared memory from the tile policy), then the
-// dQ conversion, in stream order. Included only by the generated instantiation files.
+// kernel (grid: key blocks, heads_kv, batch; dynamic shared memory from the tile policy), then dQ,
+// in stream order. dQ comes from one of two places, chosen by the workspace layout (backward.cu):
+//   p.dq_accum set:  the main kernel adds dS·K into the fp32 accumulator with atomics, and the
+//                    convert kernel scales and rounds it (fast; the last bits depend on the order
+//                    of the adds);
+//   p.dq_accum null: the deterministic mode; the main kernel computes dK and dV only, and the dQ
+//                    kernel (grid: query blocks, heads_q, batch) owns each row's dQ.
+// Included only by the generated instantiation files.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cuda/sm80/backward_dq_kernel.cuh"
 #include "cuda/sm80/backward_kernel.cuh"
 #include "cuda/sm80/backward_launch.hpp"
 
@@ -15,23 +22,35 @@ template <DType kDType> struct BackwardStorageType;
 template <> struct BackwardStorageType<DType::kFloat16> { using type = __half; };
 template <> struct BackwardStorageType<DType::kBFloat16> { using type = __nv_bfloat16; };
 
+// A kernel with dynamic shared memory above the default 48 KiB needs the opt-in first.
+template <class Kernel>
+cudaError_t allow_shared_memory(Kernel kernel, int bytes) {
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+
 template <int kHeadDim, DType kDType>
 cudaError_t launch_backward(const BackwardKernelParams& p, cudaStream_t stream) {
   using T = typename BackwardStorageType<kDType>::type;
-  constexpr BackwardTiles kTiles = BackwardPolicy<kHeadDim>::kTiles;
   const dim3 row_grid((p.seqlen_q + kRowsPerRowBlock - 1) / kRowsPerRowBlock, p.heads_q, p.batch);
   const bool has_rows = p.seqlen_q > 0;
+  const bool deterministic = p.dq_accum == nullptr;
   if (has_rows) backward_preprocess_kernel<T><<<row_grid, kRowKernelWarps * 32, 0, stream>>>(p);
   if (p.seqlen_k > 0) {
+    constexpr BackwardTiles kTiles = BackwardPolicy<kHeadDim>::kTiles;
     const auto kernel = backward_kernel<kHeadDim, T>;
-    constexpr int kSmem = kTiles.smem_bytes();
-    if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-        e != cudaSuccess)
-      return e;
+    if (cudaError_t e = allow_shared_memory(kernel, kTiles.smem_bytes()); e != cudaSuccess) return e;
     const dim3 grid((p.seqlen_k + kTiles.block_n - 1) / kTiles.block_n, p.heads_q / p.group, p.batch);
-    kernel<<<grid, kTiles.threads(), kSmem, stream>>>(p);
+    kernel<<<grid, kTiles.threads(), kTiles.smem_bytes(), stream>>>(p);
   }
-  if (has_rows) backward_convert_dq_kernel<T><<<row_grid, kRowKernelWarps * 32, 0, stream>>>(p);
+  if (has_rows && !deterministic) backward_convert_dq_kernel<T><<<row_grid, kRowKernelWarps * 32, 0, stream>>>(p);
+  if (has_rows && deterministic) {
+    // Also with seqlen_k = 0: rows that see no key get dQ = 0.
+    constexpr BackwardDqTiles kTiles = BackwardDqPolicy<kHeadDim>::kTiles;
+    const auto kernel = backward_dq_kernel<kHeadDim, T>;
+    if (cudaError_t e = allow_shared_memory(kernel, kTiles.smem_bytes()); e != cudaSuccess) return e;
+    const dim3 grid((p.seqlen_q + kTiles.block_m - 1) / kTiles.block_m, p.heads_q, p.batch);
+    kernel<<<grid, kTiles.threads(), kTiles.smem_bytes(), stream>>>(p);
+  }
   return cudaGetLastError();
 }
 

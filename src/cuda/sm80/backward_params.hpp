@@ -33,7 +33,8 @@ struct BackwardKernelParams {
 
   // Workspace, each array indexed by (b, h, i) as ((b * heads_q + h) * seqlen_q + i), i local to
   // the sequence (varlen: seqlen_q is the longest, so every sequence fits):
-  float* dq_accum;   // [batch, heads_q, seqlen_q, head_dim] fp32, unscaled dS·K
+  float* dq_accum;   // [batch, heads_q, seqlen_q, head_dim] fp32, unscaled dS·K; null in the
+                     // deterministic mode (dQ then comes from backward_dq_kernel.cuh, no atomics)
   float* delta;      // [batch, heads_q, seqlen_q]: D = rowsum(dO ∘ O)
   float* lse_log2;   // [batch, heads_q, seqlen_q]: lse · log2(e), +inf for rows that see no key
 
@@ -51,12 +52,14 @@ struct BackwardKernelParams {
   int window_right;
 };
 
-// Workspace bytes for the arrays above, plus slack to align the start.
+// Workspace bytes for the arrays above, plus slack to align the start. The order: dq_accum (when
+// there is one), delta, lse_log2.
 constexpr int64_t kWorkspaceAlignment = 256;
 
-inline int64_t backward_workspace_bytes(int64_t batch, int64_t heads_q, int64_t seqlen_q, int64_t head_dim) {
+inline int64_t backward_workspace_bytes(int64_t batch, int64_t heads_q, int64_t seqlen_q, int64_t head_dim,
+                                        bool deterministic) {
   const int64_t rows = batch * heads_q * seqlen_q;
-  return kWorkspaceAlignment + rows * (head_dim + 2) * 4;
+  return kWorkspaceAlignment + rows * ((deterministic ? 0 : head_dim) + 2) * 4;
 }
 
 }  // namespace flashattn::detail::sm80
