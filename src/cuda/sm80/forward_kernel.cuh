@@ -49,28 +49,6 @@ __device__ __forceinline__ SequenceView sequence_view(const ForwardKernelParams&
   return {p.seqlen_q, p.seqlen_k, 0, 0};
 }
 
-// Scores of keys outside the band become -inf, on tiles that not every row sees whole. The row
-// ranges are recomputed per masked tile rather than kept across the loop: registers are scarcer
-// than the few integer operations.
-template <int kMTiles, int kNTiles>
-__device__ __forceinline__ void apply_band_mask(cuda::FragC (&s)[kMTiles][kNTiles], const Band& band, int rows0,
-                                                int j0, int lane) {
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const KeyRange keys = band.visible_keys(rows0 + mt * 16 + g + 8 * r);
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int j = j0 + nt * 8 + 2 * t + e;
-          if (j < keys.lo || j >= keys.hi) s[mt][nt].x[2 * r + e] = -INFINITY;
-        }
-    }
-}
-
 template <int kHeadDim, int kHeadDimV, class T, bool kScoreMods>
 __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles.threads(),
                                   ForwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles.min_blocks)

@@ -1,11 +1,12 @@
 // Which keys a query row sees under causal and sliding-window masking: the device twin of
 // problem.hpp's visible_keys(), formula for formula (the tests check the kernel against a reference
 // built on problem.hpp). Indices fit in 32 bits (supported() requires seqlen_q + seqlen_k < 2^31);
-// the arithmetic is done in 64.
+// the arithmetic is done in 64. Also the per-element band masks of the score fragments (S and S^T).
 #pragma once
 
 #include <cstdint>
 
+#include "cuda/primitives/mma.cuh"
 #include "cuda/sm80/kernel_params.hpp"
 
 namespace flashattn::detail::sm80 {
@@ -46,6 +47,47 @@ struct Band {
 
 __device__ __forceinline__ Band make_band(const ForwardKernelParams& p, int seqlen_q, int seqlen_k) {
   return {seqlen_k, p.bottom_right ? seqlen_k - seqlen_q : 0, p.window_left, p.window_right};
+}
+
+// Scores of keys outside the band become -inf, on tiles that not every row sees whole. The row
+// ranges are recomputed per masked tile rather than kept across the loop: registers are scarcer
+// than the few integer operations.
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void apply_band_mask(cuda::FragC (&s)[kMTiles][kNTiles], const Band& band, int rows0,
+                                                int j0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const KeyRange keys = band.visible_keys(rows0 + mt * 16 + g + 8 * r);
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = j0 + nt * 8 + 2 * t + e;
+          if (j < keys.lo || j >= keys.hi) s[mt][nt].x[2 * r + e] = -INFINITY;
+        }
+    }
+}
+
+// Scores of S^T (rows: the warp's 16 keys from j_row0; columns: queries from i0) outside the band
+// become -inf.
+template <int kQTiles>
+__device__ __forceinline__ void apply_band_mask_transposed(cuda::FragC (&st)[1][kQTiles], const Band& band, int i0,
+                                                           int j_row0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < kQTiles; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const KeyRange keys = band.visible_keys(i0 + nt * 8 + 2 * t + e);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int j = j_row0 + g + 8 * r;
+        if (j < keys.lo || j >= keys.hi) st[0][nt].x[2 * r + e] = -INFINITY;
+      }
+    }
 }
 
 }  // namespace flashattn::detail::sm80
