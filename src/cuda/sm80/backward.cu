@@ -10,6 +10,7 @@
 
 #include "core/problem.hpp"
 #include "cuda/cuda_backend.hpp"
+#include "cuda/host_checks.hpp"
 #include "cuda/sm80/backward_dq_policy.hpp"
 #include "cuda/sm80/backward_launch.hpp"
 #include "cuda/sm80/backward_params.hpp"
@@ -53,24 +54,6 @@ int largest_head_dim(DType dtype) {
   return largest;
 }
 
-// cp.async and the row kernels move 16 bytes: every row must start on a 16-byte boundary (batch
-// strides are unused with varlen).
-template <class Tensor>
-bool aligned_16(const Tensor& t, bool varlen, size_t elem) {
-  const auto misaligned = [&](int64_t stride) { return (stride * static_cast<int64_t>(elem)) % 16 != 0; };
-  return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && !misaligned(t.row_stride) && !misaligned(t.head_stride) &&
-         (varlen || !misaligned(t.batch_stride));
-}
-
-bool on_device(const void* ptr, int device) {
-  cudaPointerAttributes attr{};
-  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
-    cudaGetLastError();  // the failed query leaves an error behind; clear it
-    return false;
-  }
-  return (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) && attr.device == device;
-}
-
 BackwardKernelParams kernel_params(const BackwardParams& p, void* workspace) {
   const Dims d = resolve_dims(p);
   BackwardKernelParams k{};
@@ -106,13 +89,10 @@ BackwardKernelParams kernel_params(const BackwardParams& p, void* workspace) {
   k.head_dim = static_cast<int>(d.head_dim);
   k.scale = d.scale;
   k.scale_log2 = d.scale * kLog2e;
-  k.bottom_right = p.alignment == Alignment::kBottomRight;
-  // As the forward: causal is window_right = min(window_right, 0) (0 when unbounded); windows of
-  // seqlen_q + seqlen_k or more hide nothing, so clamping there keeps indices in 32 bits.
-  const int64_t right = p.causal ? (p.window_right < 0 ? 0 : std::min<int64_t>(p.window_right, 0)) : p.window_right;
-  const auto clamp_window = [&](int64_t w) { return static_cast<int>(w < 0 ? -1 : std::min(w, d.seqlen_q + d.seqlen_k)); };
-  k.window_left = clamp_window(p.window_left);
-  k.window_right = clamp_window(right);
+  const cuda_host::KernelBand band = cuda_host::kernel_band(p, d);
+  k.bottom_right = band.bottom_right;
+  k.window_left = band.window_left;
+  k.window_right = band.window_right;
   return k;
 }
 
@@ -136,43 +116,35 @@ Status cuda_sm80_backward_supported(const BackwardParams& p) {
   if (p.lse == nullptr) return not_supported("lse is required");
   if (!(d.scale > 0.0f) || !std::isfinite(d.scale))
     return not_supported("softmax_scale " + std::to_string(d.scale) + " (takes finite positive scales)");
-  constexpr int64_t kMaxGridYZ = 65535;
-  if (d.seqlen_q + d.seqlen_k > std::numeric_limits<int32_t>::max())
-    return not_supported("seqlen_q + seqlen_k above 2^31 - 1 (32-bit row indices)");
-  if (d.heads_q > kMaxGridYZ || d.batch > kMaxGridYZ)
-    return not_supported("heads_q and batch must be at most 65535 (grid dimensions)");
+  if (const std::string limit = cuda_host::index_limits(d); !limit.empty()) return not_supported(limit);
 
   const size_t elem = dtype_size(p.dtype);
   const struct { const ConstTensor t; const char* name; } tensors[] = {
       {p.q, "q"}, {p.k, "k"}, {p.v, "v"}, {p.o, "o"}, {p.d_o, "d_o"}, {p.dq, "dq"}, {p.dk, "dk"}, {p.dv, "dv"}};
   for (const auto& t : tensors)
-    if (!aligned_16(t.t, d.varlen, elem))
+    if (!cuda_host::aligned_16(t.t, d.varlen, elem))
       return not_supported(std::string(t.name) + ": data and strides must be 16-byte aligned");
 
-  int device = 0, major = 0, smem_optin = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-    cudaGetLastError();
-    return not_supported("no usable CUDA device");
-  }
-  if (major < 8) return not_supported("compute capability " + std::to_string(major) + ".x (needs 8.0 or later)");
+  cuda_host::Device device;
+  if (!cuda_host::current_device(&device)) return not_supported("no usable CUDA device");
+  if (device.major < 8)
+    return not_supported("compute capability " + std::to_string(device.major) + "." + std::to_string(device.minor) +
+                         " (needs 8.0 or later)");
   // The main kernel's shared memory, and the dQ kernel's in the deterministic mode.
   const int instance_head_dim = pick_instance(p)->head_dim;
   const int smem = std::max(sm80::backward_tiles(instance_head_dim).smem_bytes(),
                             p.deterministic ? sm80::backward_dq_tiles(instance_head_dim).smem_bytes() : 0);
-  if (smem_optin < smem)
+  if (device.smem_optin < smem)
     return not_supported("head_dim " + std::to_string(d.head_dim) + (p.deterministic ? " (deterministic)" : "") +
                          " needs " + std::to_string(smem) + " bytes of shared memory per block, the device has " +
-                         std::to_string(smem_optin));
+                         std::to_string(device.smem_optin));
 
-  const struct { const void* ptr; const char* name; } pointers[] = {
-      {p.q.data, "q"}, {p.k.data, "k"}, {p.v.data, "v"}, {p.o.data, "o"}, {p.d_o.data, "d_o"}, {p.lse, "lse"},
-      {p.dq.data, "dq"}, {p.dk.data, "dk"}, {p.dv.data, "dv"},
-      {p.maybe_cu_seqlens_q, "maybe_cu_seqlens_q"}, {p.maybe_cu_seqlens_k, "maybe_cu_seqlens_k"}};
-  for (const auto& ptr : pointers)
-    if (ptr.ptr != nullptr && !on_device(ptr.ptr, device))
-      return not_supported(std::string(ptr.name) + " is not device memory of the current device");
+  if (const char* name = cuda_host::first_not_on_device(
+          {{p.q.data, "q"}, {p.k.data, "k"}, {p.v.data, "v"}, {p.o.data, "o"}, {p.d_o.data, "d_o"}, {p.lse, "lse"},
+           {p.dq.data, "dq"}, {p.dk.data, "dk"}, {p.dv.data, "dv"}, {p.maybe_cu_seqlens_q, "maybe_cu_seqlens_q"},
+           {p.maybe_cu_seqlens_k, "maybe_cu_seqlens_k"}},
+          device.index))
+    return not_supported(std::string(name) + " is not device memory of the current device");
   return {};
 }
 
