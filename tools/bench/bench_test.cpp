@@ -1,5 +1,5 @@
-// Tests of the bench's own parts: flag parsing, the FLOP convention, the PNG writer, the plot
-// labels, JSON output and the error metrics. (The kernels are tested in tests/.)
+// Tests of the bench's own parts: flag parsing, the FLOP conventions, the PNG writer, the plot
+// labels, JSON output (CPU and GPU objects) and the error metrics. (The kernels are tested in tests/.)
 #include <gtest/gtest.h>
 #include <zlib.h>
 
@@ -19,6 +19,7 @@
 #include "font.hpp"
 #include "json.hpp"
 #include "plot.hpp"
+#include "report.hpp"
 #include "runner.hpp"
 #include "timing.hpp"
 #include "workload.hpp"
@@ -93,6 +94,49 @@ TEST(BenchFlags, SweepLists) {
   EXPECT_EQ(parse({"--help"}, &h).outcome, ParseOutcome::kHelp);
 }
 
+TEST(BenchFlags, DeviceAndKernel) {
+  Options o;
+  ASSERT_EQ(parse({}, &o).outcome, ParseOutcome::kRun);
+  EXPECT_EQ(o.device, Device::kCpu);
+  EXPECT_EQ(o.kernel, flashattn::Backend::kAuto);
+  for (const KernelChoice& k : kGpuKernels) EXPECT_STREQ(kernel_name(k.backend), k.name);
+
+  // --kernel picks a GPU kernel, so it needs --device cuda; unknown values list the known ones.
+  Options c;
+  ParseResult r = parse({"--kernel", "sm80"}, &c);
+  EXPECT_EQ(r.outcome, ParseOutcome::kError);
+  EXPECT_NE(r.error.find("--device cuda"), std::string::npos) << r.error;
+  r = parse({"--device", "cuda", "--kernel", "sm70"}, &c);
+  EXPECT_EQ(r.outcome, ParseOutcome::kError);
+  EXPECT_NE(r.error.find("auto|sm80"), std::string::npos) << r.error;
+  r = parse({"--device", "tpu"}, &c);
+  EXPECT_EQ(r.outcome, ParseOutcome::kError);
+  EXPECT_NE(r.error.find("--device"), std::string::npos) << r.error;
+
+  Options g;
+  r = parse({"--device", "cuda", "--kernel=sm80", "--seqlen", "100"}, &g);
+  if (built_with_cuda()) {
+    ASSERT_EQ(r.outcome, ParseOutcome::kRun) << r.error;
+    EXPECT_EQ(g.device, Device::kCuda);
+    EXPECT_EQ(g.kernel, flashattn::Backend::kCudaSm80);
+    EXPECT_EQ(g.dtype, flashattn::DType::kBFloat16);  // the GPU default: no fp32 kernels
+    EXPECT_EQ(g.repeats, kGpuDefaultRepeats);
+    Options h;
+    ASSERT_EQ(parse({"--dtype", "fp16", "--repeats", "3", "--device", "cuda"}, &h).outcome, ParseOutcome::kRun);
+    EXPECT_EQ(h.dtype, flashattn::DType::kFloat16);
+    EXPECT_EQ(h.repeats, 3);
+    Options s;
+    r = parse({"--device", "cuda", "--sweep"}, &s);
+    EXPECT_EQ(r.outcome, ParseOutcome::kError);
+    EXPECT_NE(r.error.find("--sweep"), std::string::npos) << r.error;
+  } else {
+    // A CPU-only build says so by name instead of failing later.
+    EXPECT_EQ(r.outcome, ParseOutcome::kError);
+    EXPECT_NE(r.error.find("--device cuda"), std::string::npos) << r.error;
+    EXPECT_NE(r.error.find("without CUDA"), std::string::npos) << r.error;
+  }
+}
+
 flashattn::AttentionParams params(int64_t sq, int64_t sk, bool causal, flashattn::Alignment a, int64_t wl = -1,
                                   int64_t wr = -1) {
   flashattn::AttentionParams p;
@@ -120,6 +164,55 @@ TEST(BenchFlops, VisiblePairsAreExact) {
   const auto p = params(100, 100, true, Alignment::kBottomRight);
   EXPECT_DOUBLE_EQ(forward_flops(p), 2.0 * (64 + 32) * 3 * visible_pairs(p));
   EXPECT_DOUBLE_EQ(backward_flops(p), 2.5 * forward_flops(p));
+}
+
+TEST(BenchFlops, PapersCountForTheGpu) {
+  using flashattn::Alignment;
+  bool papers = false;
+  auto p = params(100, 100, false, Alignment::kBottomRight);  // batch 2, 3 heads, d 64, dv 32
+  EXPECT_DOUBLE_EQ(paper_forward_flops(p, &papers), 2.0 * 2 * 3 * 100 * 100 * (64 + 32));
+  EXPECT_TRUE(papers);
+  p.head_dim_v = 64;
+  EXPECT_DOUBLE_EQ(paper_forward_flops(p), 4.0 * 2 * 3 * 100 * 100 * 64);  // 4·b·h·Sq·Sk·d
+  p.causal = true;
+  EXPECT_DOUBLE_EQ(paper_forward_flops(p), 2.0 * 2 * 3 * 100 * 100 * 64);  // halved, not n(n+1)/2
+  EXPECT_LT(paper_forward_flops(p), forward_flops(p));
+  const auto w = params(50, 50, false, Alignment::kBottomRight, 7, 0);
+  EXPECT_DOUBLE_EQ(paper_forward_flops(w, &papers), forward_flops(w));  // no window in the papers
+  EXPECT_FALSE(papers);
+}
+
+TEST(BenchJson, GpuFields) {
+  GpuResult r;
+  r.shape.dtype = flashattn::DType::kBFloat16;
+  r.gpu.name = "Test GPU";
+  r.gpu.cc_major = 9;
+  r.kernel = flashattn::Backend::kCudaSm80;
+  r.forward_flops = 2e12;
+  r.copies = 7;
+  r.flash_fwd.ran = true;
+  r.flash_fwd.timing = summarize({4.0, 5.0, 6.0});
+  r.flash_fwd.gflops = gflops(r.forward_flops, r.flash_fwd.timing.median_ms);
+  r.backward = true;
+  r.flash_bwd.skipped = "sm80 does not take this backward: softcap";
+  Options o;
+  const std::string j = gpu_to_json(r, o);
+  EXPECT_NE(j.find(R"("device": "cuda")"), std::string::npos) << j;
+  EXPECT_NE(j.find(R"("device_name": "Test GPU")"), std::string::npos) << j;
+  EXPECT_NE(j.find(R"("kernel": "sm80")"), std::string::npos) << j;
+  EXPECT_NE(j.find(R"("compute_capability": "9.0")"), std::string::npos) << j;
+  EXPECT_NE(j.find(R"("flash_ms": 5,)"), std::string::npos) << j;
+  EXPECT_NE(j.find(R"("flash_tflops": 400,)"), std::string::npos) << j;  // 2e12 FLOP in 5 ms
+  EXPECT_NE(j.find(R"("copies": 7,)"), std::string::npos) << j;
+  EXPECT_NE(j.find(R"("flash_bwd_tflops": null)"), std::string::npos) << j;
+  EXPECT_NE(j.find(R"("flash_bwd_skipped_reason": "sm80 does not take this backward: softcap")"), std::string::npos) << j;
+}
+
+TEST(BenchTiming, Summarize) {
+  const Timing t = summarize({3.0, 1.0, 2.0, 10.0});
+  EXPECT_EQ(t.ms.size(), 4u);
+  EXPECT_DOUBLE_EQ(t.median_ms, 2.5);
+  EXPECT_DOUBLE_EQ(t.min_ms, 1.0);
 }
 
 TEST(BenchTiming, RepeatsAndTimeBudget) {

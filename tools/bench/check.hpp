@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "flashattn/flashattn.hpp"
@@ -33,8 +34,16 @@ struct BackwardError {
   double standard = 0.0;  // the same for the standard path (when with_standard)
 };
 
-// Runs the reference forward, then reference, flash and (optionally) standard backward on the
+// The backward under test: writes dq, dk, dv of w's flash slots from w's inputs, o and lse (the
+// flash slots); returns false with *error set when it fails.
+using BackwardUnderTest = std::function<bool(Workload& w, std::string* error)>;
+
+// Runs the reference forward, then reference, `flash` and (optionally) standard backward on the
 // reduced problem and compares every element of dq, dk, dv.
-BackwardError check_backward_reduced(const Shape& full, uint64_t seed, bool with_standard, int threads);
+BackwardError check_backward_reduced(const Shape& full, uint64_t seed, const BackwardUnderTest& flash,
+                                     bool with_standard, int threads);
+
+// The CPU mode's backward under test: flashattn::backward with kAuto on host memory.
+BackwardUnderTest cpu_flash_backward(int threads);
 
 }  // namespace fa_bench

@@ -1,5 +1,6 @@
 #include "flags.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -42,6 +43,23 @@ std::vector<std::string_view> split_commas(std::string_view s) {
   return items;
 }
 
+// "auto|sm80": the --kernel values.
+std::string kernel_names() {
+  std::string names;
+  for (const KernelChoice& k : kGpuKernels) {
+    if (!names.empty()) names += '|';
+    names += k.name;
+  }
+  return names;
+}
+
+// A flag's help column: padded to where the descriptions start.
+std::string help_column(std::string flag) {
+  constexpr size_t kWidth = 24;
+  flag.resize(std::max(kWidth, flag.size() + 1), ' ');
+  return flag;
+}
+
 class Parser {
  public:
   Parser(int argc, char** argv) : argc_(argc), argv_(argv) {}
@@ -60,6 +78,16 @@ class Parser {
     }
     if (o->sweep && o->sweep_n.empty()) o->sweep_n = default_sweep();
     if (o->sweep && o->backward) return {ParseOutcome::kError, "--backward: the sweep times the forward only"};
+    if (kernel_given_ && o->device != Device::kCuda)
+      return {ParseOutcome::kError, "--kernel: chooses a GPU kernel; add --device cuda"};
+    if (o->device == Device::kCuda) {
+      if (!built_with_cuda())
+        return {ParseOutcome::kError, "--device cuda: this flashattn-bench was built without CUDA "
+                                      "(configure with nvcc on the PATH, or -DFLASHATTN_CUDA=ON)"};
+      if (o->sweep) return {ParseOutcome::kError, "--sweep: the sweep runs on the CPU only; time one shape per call with --device cuda"};
+      if (!dtype_given_) o->dtype = flashattn::DType::kBFloat16;
+      if (!repeats_given_) o->repeats = kGpuDefaultRepeats;
+    }
     return {};
   }
 
@@ -119,6 +147,7 @@ class Parser {
       else if (*v == "fp16") o->dtype = flashattn::DType::kFloat16;
       else if (*v == "bf16") o->dtype = flashattn::DType::kBFloat16;
       else return fail("expected fp32, fp16 or bf16, got '" + std::string(*v) + "'");
+      dtype_given_ = true;
       return true;
     }
     if (a == "--causal" || a == "--causal-top-left") {
@@ -137,7 +166,7 @@ class Parser {
     }
     if (a == "--backward") return (o->backward = true), no_value();
     if (a == "--threads") return integer(&o->threads, 0, "an integer >= 0 (0 = every hardware thread)");
-    if (a == "--repeats") return integer(&o->repeats, 1, "a positive integer");
+    if (a == "--repeats") return (repeats_given_ = true), integer(&o->repeats, 1, "a positive integer");
     if (a == "--max-seconds") {
       const auto v = value();
       if (!v) return false;
@@ -158,6 +187,25 @@ class Parser {
     if (a == "--no-gemm") return (o->run_gemm = false), no_value();
     if (a == "--gemm-size") return integer(&o->gemm_size, 1, "a positive integer");
     if (a == "--json") return (o->json = true), no_value();
+    if (a == "--device") {
+      const auto v = value();
+      if (!v) return false;
+      if (*v == "cpu") o->device = Device::kCpu;
+      else if (*v == "cuda") o->device = Device::kCuda;
+      else return fail("expected cpu or cuda, got '" + std::string(*v) + "'");
+      return true;
+    }
+    if (a == "--kernel") {
+      const auto v = value();
+      if (!v) return false;
+      for (const KernelChoice& k : kGpuKernels)
+        if (*v == k.name) {
+          o->kernel = k.backend;
+          kernel_given_ = true;
+          return true;
+        }
+      return fail("expected " + kernel_names() + ", got '" + std::string(*v) + "'");
+    }
     if (a == "--sweep") return sweep(o);
     if (a == "--max-standard-bytes") {
       int64_t b = 0;
@@ -215,11 +263,26 @@ class Parser {
   std::string flag_;
   std::string error_;
   bool help_ = false;
+  bool dtype_given_ = false, repeats_given_ = false, kernel_given_ = false;
 };
 
 }  // namespace
 
 ParseResult parse_options(int argc, char** argv, Options* out) { return Parser(argc, argv).run(out); }
+
+const char* kernel_name(flashattn::Backend backend) {
+  for (const KernelChoice& k : kGpuKernels)
+    if (k.backend == backend) return k.name;
+  return flashattn::to_string(backend);
+}
+
+bool built_with_cuda() {
+#ifdef FLASHATTN_BENCH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
 
 std::vector<int64_t> default_sweep() {
   std::vector<int64_t> n;
@@ -228,10 +291,12 @@ std::vector<int64_t> default_sweep() {
 }
 
 std::string help_text() {
-  return R"(flashattn-bench: standard attention against flash attention on the CPU.
+  return R"(flashattn-bench: standard attention against flash attention on the CPU, and flash attention
+on a CUDA GPU.
 
-Usage: flashattn-bench [flags]          one shape (default: batch 1, 8 heads, n 4096, d 128, fp32)
-       flashattn-bench --sweep [N,...]  forward over sequence lengths, CSV + PNG plot
+Usage: flashattn-bench [flags]                one shape (default: batch 1, 8 heads, n 4096, d 128, fp32)
+       flashattn-bench --sweep [N,...]        forward over sequence lengths, CSV + PNG plot
+       flashattn-bench --device cuda [flags]  one shape on the GPU (default dtype bf16)
 
 Shape and options:
   --batch N               batch size (1)
@@ -241,16 +306,24 @@ Shape and options:
   --seqlen-q N, --seqlen-k N
   --head-dim N            q/k head dim (128)
   --head-dim-v N          v/o head dim (= --head-dim)
-  --dtype fp32|fp16|bf16  storage type (fp32); accumulation is fp32
+  --dtype fp32|fp16|bf16  storage type (fp32; bf16 with --device cuda); accumulation is fp32
   --causal                causal, bottom-right aligned (query i sees keys j <= i + Sk - Sq)
   --causal-top-left       causal, top-left aligned (query i sees keys j <= i)
   --window L,R            sliding window: L keys left, R keys right of the diagonal (-1 = unbounded)
   --softcap X             logit softcap (0 = off)
   --backward              also time and check the backward pass
 
+Device:
+  --device cpu|cuda       where attention runs (cpu). cuda: the flash forward (and backward with
+                          --backward) on the current CUDA device, in a CUDA build; the standard
+                          baseline and the sgemm anchor are CPU-only and not run
+  )" + help_column("--kernel " + kernel_names()) + R"(with --device cuda: the GPU kernel (auto: what the library picks for
+                          device memory)
+
 Measurement:
-  --threads N             worker threads for attention and for the GEMM anchor (0 = all hardware threads)
-  --repeats N             timed runs after one warm-up; the median is reported (5)
+  --threads N             worker threads for attention and for the GEMM anchor (0 = all hardware threads);
+                          with --device cuda, for the host-side reference checks
+  --repeats N             timed runs after one warm-up; the median is reported (5; 30 with --device cuda)
   --max-seconds S         per measurement, fewer repeats when runs are slow, never fewer than 1 (20)
   --seed N                input seed (default: fresh, printed)
   --check-rows N          rows sampled for the forward check against the double reference (64)
@@ -265,7 +338,7 @@ Sweep:
                           progress on stderr; writes <out>.csv and <out>.png
   --out PREFIX            output path prefix (bench-out/sweep)
 
-What is measured:
+What is measured (CPU):
   time      wall clock (std::chrono::steady_clock), median of --repeats runs after a warm-up.
   GFLOP/s   forward FLOPs = 2 * (head_dim + head_dim_v) * batch * heads * P, where P is the exact
             number of visible (query, key) pairs under causal/window (Sq*Sk without them); with
@@ -285,8 +358,22 @@ What is measured:
             elsewhere only lowers a rate). null when libopenblas.so.0 is missing;
             FLASHATTN_OPENBLAS_LIB=path loads another OpenBLAS build.
 
+GPU mode (--device cuda):
+  time      CUDA events around each call on one stream, median of --repeats runs. A warm-up runs once
+            on every copy of the inputs and outputs: the bench keeps enough copies that at least 3x
+            the device's L2 cache streams between two runs on one copy, so no timed run finds its
+            inputs in L2 (copies and rotation_bytes say how many and how much).
+  TFLOP/s   the FlashAttention papers' count: forward 2 * batch * heads * Sq * Sk * (head_dim +
+            head_dim_v) (4 * b * h * Sq * Sk * d when head_dim_v = head_dim), halved for causal;
+            backward 2.5 x forward. The papers count no sliding window: with --window, the exact
+            visible pairs are counted as on the CPU.
+  error     forward: the same sampled-row check against the double reference, on the GPU's outputs
+            of one run on poisoned (NaN) outputs. Backward: the GPU backward against the double
+            reference backward on the reduced problem (as on the CPU), and bwd_nonfinite, the number
+            of NaN/inf elements of dq, dk, dv at full size after one run on poisoned gradients.
+
 JSON fields (--json), one object on stdout (progress goes to stderr); null where not measured:
-  shape and options: mode, dtype, batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, head_dim_v,
+  shape and options: mode, device, dtype, batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, head_dim_v,
     causal, alignment, window_left, window_right, softcap, threads, repeats, seed, visible_pairs,
     forward_gflop (GFLOP counted per run)
   forward, per path P in {flash, standard}: P_ms (median), P_min_ms, P_gflops, P_runs,
@@ -298,6 +385,13 @@ JSON fields (--json), one object on stdout (progress goes to stderr); null where
     bwd_max_abs_err (flash), standard_bwd_max_abs_err, bwd_check_shape,
     bwd_flash_vs_standard_max_abs_diff, flash_bwd_vs_gemm
   peak_rss_bytes (the whole process: inputs, outputs and workspaces)
+  With --device cuda: mode, device ("cuda"), device_name, compute_capability, sm_count, l2_bytes,
+    kernel, the shape and options above, repeats, seed, visible_pairs, flops_convention ("papers" or
+    "visible pairs"), forward_gflop, copies, rotation_bytes; flash_ms (median), flash_min_ms,
+    flash_runs, flash_tflops, flash_extra_bytes, flash_skipped, max_abs_err, lse_max_abs_err,
+    checked_rows; with --backward: backward_gflop, the same flash_bwd_* fields (flash_bwd_tflops,
+    flash_bwd_skipped_reason when the kernel does not take the problem), bwd_max_abs_err,
+    bwd_check_shape (bwd_check_error), bwd_nonfinite; peak_rss_bytes (host).
   With --sweep: {mode, problem, threads, seed, gemm_gflops, gemm_gflops_before, gemm_gflops_after,
     openblas_core, csv, png, points: [{n, flash_ms, flash_gflops, flash_extra_bytes, standard_ms,
     standard_gflops, standard_extra_bytes, standard_skipped, max_abs_err, standard_max_abs_err}, ...]}.

@@ -1,6 +1,7 @@
 // flashattn-bench: standard attention against flash attention on one shape (or a sweep over
 // sequence lengths), with error checks against the double reference and the OpenBLAS sgemm rate
-// of the same machine, threads and run as the anchor. --help documents flags and JSON fields.
+// of the same machine, threads and run as the anchor; or, with --device cuda, flash attention on
+// the GPU (gpu.hpp). --help documents flags and JSON fields.
 #include <algorithm>
 #include <cstdio>
 #include <new>
@@ -11,6 +12,7 @@
 #include "core/thread_pool.hpp"
 #include "flags.hpp"
 #include "gemm_anchor.hpp"
+#include "gpu.hpp"
 #include "report.hpp"
 #include "runner.hpp"
 #include "sweep.hpp"
@@ -19,8 +21,6 @@
 
 namespace fa_bench {
 namespace {
-
-constexpr int kExitOk = 0, kExitRunFailed = 1, kExitUsage = 2;
 
 int run_single(const Options& o, uint64_t seed) {
   SingleResult r;
@@ -100,7 +100,7 @@ int run_single(const Options& o, uint64_t seed) {
                                           max_abs_diff(w.dv(Path::kFlash), w.dv(Path::kStandard))});
     std::fprintf(stderr, "[bench] backward check against the reference...\n");
     r.bwd_check_shape = reduced_shape(r.shape);
-    r.bwd_err = check_backward_reduced(r.shape, seed, r.standard_bwd.ran, o.threads);
+    r.bwd_err = check_backward_reduced(r.shape, seed, cpu_flash_backward(o.threads), r.standard_bwd.ran, o.threads);
   }
 
   if (o.run_gemm) {
@@ -137,6 +137,9 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "[bench] seed %llu (replay with --seed %llu)\n", static_cast<unsigned long long>(seed),
                static_cast<unsigned long long>(seed));
   try {
+#ifdef FLASHATTN_BENCH_CUDA
+    if (o.device == Device::kCuda) return run_gpu(o, seed);
+#endif
     return o.sweep ? run_sweep(o, seed) : run_single(o, seed);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "flashattn-bench: out of memory\n");

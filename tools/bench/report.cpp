@@ -41,6 +41,16 @@ void add_pass(JsonObject* j, const std::string& prefix, const PassResult& p) {
   j->boolean(prefix + "_skipped", !p.ran);
 }
 
+// dtype and every shape/option field, shared by the CPU and GPU objects.
+void add_shape(JsonObject* j, const Shape& s) {
+  j->string("dtype", flashattn::to_string(s.dtype));
+  j->integer("batch", s.batch).integer("heads_q", s.heads_q).integer("heads_kv", s.heads_kv);
+  j->integer("seqlen_q", s.seqlen_q).integer("seqlen_k", s.seqlen_k);
+  j->integer("head_dim", s.head_dim).integer("head_dim_v", s.head_dim_v);
+  j->boolean("causal", s.causal).string("alignment", alignment_name(s.alignment));
+  j->integer("window_left", s.window_left).integer("window_right", s.window_right).number("softcap", s.softcap);
+}
+
 double ratio(const PassResult& a, double b) {
   return a.ran && b > 0 ? a.gflops / b : std::numeric_limits<double>::quiet_NaN();
 }
@@ -113,12 +123,8 @@ std::string to_json(const SingleResult& r, const Options& o) {
   const Shape& s = r.shape;
   const double nan = std::numeric_limits<double>::quiet_NaN();
   JsonObject j;
-  j.string("mode", "single").string("dtype", flashattn::to_string(s.dtype));
-  j.integer("batch", s.batch).integer("heads_q", s.heads_q).integer("heads_kv", s.heads_kv);
-  j.integer("seqlen_q", s.seqlen_q).integer("seqlen_k", s.seqlen_k);
-  j.integer("head_dim", s.head_dim).integer("head_dim_v", s.head_dim_v);
-  j.boolean("causal", s.causal).string("alignment", alignment_name(s.alignment));
-  j.integer("window_left", s.window_left).integer("window_right", s.window_right).number("softcap", s.softcap);
+  j.string("mode", "single").string("device", "cpu");
+  add_shape(&j, s);
   j.integer("threads", r.threads).integer("repeats", o.repeats).integer("seed", static_cast<int64_t>(r.seed));
   j.integer("visible_pairs", r.visible_pairs).number("forward_gflop", r.forward_flops * 1e-9);
 
@@ -153,6 +159,88 @@ std::string to_json(const SingleResult& r, const Options& o) {
     j.number("bwd_flash_vs_standard_max_abs_diff", r.bwd_flash_vs_standard >= 0 ? r.bwd_flash_vs_standard : nan);
     j.number("flash_bwd_vs_gemm", gemm ? ratio(r.flash_bwd, r.gemm.gflops) : nan);
     if (!r.standard_bwd.ran) j.string("standard_bwd_skipped_reason", r.standard_bwd.skipped);
+  }
+  j.integer("peak_rss_bytes", r.peak_rss_bytes);
+  return j.str();
+}
+
+
+double tflops(const PassResult& p) { return p.ran ? p.gflops * 1e-3 : 0.0; }
+
+namespace {
+
+void print_gpu_pass(const char* name, const PassResult& p, double err, bool err_known) {
+  if (!p.ran) {
+    std::printf("  %-8s skipped: %s\n", name, p.skipped.c_str());
+    return;
+  }
+  std::printf("  %-8s %10.3f ms  %7.1f TFLOP/s  (min %.3f ms, %zu runs)  workspace %s", name, p.timing.median_ms,
+              tflops(p), p.timing.min_ms, p.timing.ms.size(), format_bytes(static_cast<double>(p.extra_bytes)).c_str());
+  if (err_known)
+    std::printf("  max err %.3g\n", err);
+  else
+    std::printf("\n");
+}
+
+void add_gpu_pass(JsonObject* j, const std::string& prefix, const PassResult& p) {
+  add_pass(j, prefix, p);
+  j->number(prefix + "_tflops", p.ran ? tflops(p) : std::numeric_limits<double>::quiet_NaN());
+  if (!p.ran) j->string(prefix + "_skipped_reason", p.skipped);
+}
+
+}  // namespace
+
+void print_gpu_table(const GpuResult& r, const Options& o) {
+  std::printf("flashattn-bench: %s\n", describe_problem(r.shape).c_str());
+  std::printf("  GPU %d: %s (sm_%d%d, %d SMs, L2 %s), kernel %s\n", r.gpu.index, r.gpu.name.c_str(), r.gpu.cc_major,
+              r.gpu.cc_minor, r.gpu.sm_count, format_bytes(static_cast<double>(r.gpu.l2_bytes)).c_str(),
+              kernel_name(r.kernel));
+  std::printf("  CUDA events, median of up to %d runs after a warm-up; inputs and outputs rotated over %d copies "
+              "(%s); seed %llu\n",
+              o.repeats, r.copies, format_bytes(static_cast<double>(r.rotation_bytes)).c_str(),
+              static_cast<unsigned long long>(r.seed));
+  std::printf("forward (%.3g GFLOP, %s):\n", r.forward_flops * 1e-9,
+              r.papers_flops ? "the papers' count" : "visible pairs of the window");
+  print_gpu_pass("flash", r.flash_fwd, r.flash_fwd_err.o, r.flash_fwd.ran);
+  std::printf("  (max err: |O - O_ref| over %d sampled rows vs the double reference; LSE err %.3g)\n",
+              r.flash_fwd_err.rows, r.flash_fwd_err.lse);
+  if (r.backward) {
+    std::printf("backward (%.3g GFLOP = 2.5 x forward):\n", r.backward_flops * 1e-9);
+    print_gpu_pass("flash", r.flash_bwd, r.bwd_err.flash, r.bwd_err.ok);
+    if (r.bwd_err.ok)
+      std::printf("  (max err: dq, dk, dv vs the double reference backward at %s)\n", describe(r.bwd_check_shape).c_str());
+    else if (r.flash_bwd.ran)
+      std::printf("  backward check failed: %s\n", r.bwd_err.error.c_str());
+    if (r.bwd_nonfinite >= 0)
+      std::printf("  full size: %lld non-finite elements in dq, dk, dv\n", static_cast<long long>(r.bwd_nonfinite));
+  }
+  std::printf("peak RSS (host) %s\n", format_bytes(static_cast<double>(r.peak_rss_bytes)).c_str());
+}
+
+std::string gpu_to_json(const GpuResult& r, const Options& o) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  JsonObject j;
+  j.string("mode", "single").string("device", "cuda").string("device_name", r.gpu.name);
+  j.string("compute_capability", std::to_string(r.gpu.cc_major) + "." + std::to_string(r.gpu.cc_minor));
+  j.integer("sm_count", r.gpu.sm_count).integer("l2_bytes", r.gpu.l2_bytes).string("kernel", kernel_name(r.kernel));
+  add_shape(&j, r.shape);
+  j.integer("repeats", o.repeats).integer("seed", static_cast<int64_t>(r.seed));
+  j.integer("visible_pairs", r.visible_pairs).string("flops_convention", r.papers_flops ? "papers" : "visible pairs");
+  j.number("forward_gflop", r.forward_flops * 1e-9);
+  j.integer("copies", r.copies).integer("rotation_bytes", static_cast<int64_t>(r.rotation_bytes));
+  add_gpu_pass(&j, "flash", r.flash_fwd);
+  j.number("max_abs_err", r.flash_fwd.ran ? r.flash_fwd_err.o : nan);
+  j.number("lse_max_abs_err", r.flash_fwd.ran ? r.flash_fwd_err.lse : nan);
+  j.integer("checked_rows", r.flash_fwd_err.rows);
+  j.boolean("backward", r.backward);
+  if (r.backward) {
+    j.number("backward_gflop", r.backward_flops * 1e-9);
+    add_gpu_pass(&j, "flash_bwd", r.flash_bwd);
+    j.number("bwd_max_abs_err", r.bwd_err.ok ? r.bwd_err.flash : nan);
+    j.string("bwd_check_shape", describe(r.bwd_check_shape));
+    if (!r.bwd_err.ok) j.string("bwd_check_error", r.bwd_err.error);
+    if (r.bwd_nonfinite >= 0) j.integer("bwd_nonfinite", r.bwd_nonfinite);
+    else j.null("bwd_nonfinite");
   }
   j.integer("peak_rss_bytes", r.peak_rss_bytes);
   return j.str();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "core/problem.hpp"
 
@@ -26,12 +27,20 @@ bool measure(const std::function<bool()>& fn, int repeats, double max_seconds, T
     out->ms.push_back(elapsed_ms(t0));
     total_ms += out->ms.back();
   }
-  std::vector<double> sorted = out->ms;
+  *out = summarize(std::move(out->ms));
+  return true;
+}
+
+Timing summarize(std::vector<double> ms) {
+  Timing t;
+  t.ms = std::move(ms);
+  std::vector<double> sorted = t.ms;
   std::sort(sorted.begin(), sorted.end());
   const size_t n = sorted.size();
-  out->median_ms = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-  out->min_ms = sorted.front();
-  return true;
+  if (n == 0) return t;
+  t.median_ms = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  t.min_ms = sorted.front();
+  return t;
 }
 
 int64_t visible_pairs(const flashattn::AttentionParams& p) {
@@ -56,6 +65,17 @@ double forward_flops(const flashattn::AttentionParams& p) {
 }
 
 double backward_flops(const flashattn::AttentionParams& p) { return 2.5 * forward_flops(p); }
+
+double paper_forward_flops(const flashattn::AttentionParams& p, bool* papers) {
+  const bool window = p.window_left >= 0 || p.window_right >= 0;
+  if (papers != nullptr) *papers = !window;
+  if (window) return forward_flops(p);
+  const int64_t dv = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
+  const double full = 2.0 * static_cast<double>(p.batch) * static_cast<double>(p.heads_q) *
+                      static_cast<double>(p.seqlen_q) * static_cast<double>(p.seqlen_k) *
+                      static_cast<double>(p.head_dim + dv);
+  return p.causal ? 0.5 * full : full;
+}
 
 double gflops(double flops, double ms) { return ms > 0.0 ? flops / (ms * 1e6) : 0.0; }
 

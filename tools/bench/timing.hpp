@@ -20,6 +20,9 @@ struct Timing {
 // dropped, but at least one timed run always happens. fn returns false to abort (no timing).
 bool measure(const std::function<bool()>& fn, int repeats, double max_seconds, Timing* out);
 
+// A Timing of these runs (at least one): median and minimum.
+Timing summarize(std::vector<double> ms);
+
 // Exact number of (query, key) pairs inside the causal/window band, summed over the batch and one
 // head: what the score-level FLOP count scales with. Masks and biases are not counted (the bench
 // builds neither).
@@ -32,6 +35,11 @@ double forward_flops(const flashattn::AttentionParams& p);
 
 // Backward FLOPs by the usual convention: 2.5 × forward (five GEMMs of the forward's two's size).
 double backward_flops(const flashattn::AttentionParams& p);
+
+// The FlashAttention papers' forward count, which their GPU benchmarks (and tools/gpu/bench_sdpa.py)
+// report: 2·b·h·Sq·Sk·(head_dim + head_dim_v), halved for causal whatever the lengths and alignment.
+// The papers count no sliding window; with one this is forward_flops(p). *papers says which.
+double paper_forward_flops(const flashattn::AttentionParams& p, bool* papers = nullptr);
 
 double gflops(double flops, double ms);
 

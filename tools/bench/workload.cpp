@@ -26,6 +26,8 @@ Storage::Storage(flashattn::DType dtype, int64_t elements)
       elements_(elements),
       words_(static_cast<size_t>((elements * static_cast<int64_t>(d::dtype_size(dtype)) + 3) / 4)) {}
 
+size_t Storage::bytes() const { return static_cast<size_t>(elements_) * d::dtype_size(dtype_); }
+
 float Storage::get(int64_t i) const { return d::load_float(words_.data(), dtype_, i); }
 
 void Storage::fill_random(uint64_t seed) {

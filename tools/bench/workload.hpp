@@ -27,6 +27,7 @@ class Storage {
   void* data() { return words_.data(); }
   const void* data() const { return words_.data(); }
   int64_t size() const { return elements_; }
+  size_t bytes() const;  // of the elements (a 16-bit tensor of odd length ends inside its last word)
   flashattn::DType dtype() const { return dtype_; }
   float get(int64_t i) const;
   void fill_random(uint64_t seed);  // uniform on [-sqrt(3), sqrt(3)): mean 0, variance 1
@@ -59,11 +60,21 @@ class Workload {
   // NaN into the gradients of `path`, so a later run that skips an element shows up in checks.
   void poison_gradients(Path path);
 
+  const Storage& q() const { return q_; }
+  const Storage& k() const { return k_; }
+  const Storage& v() const { return v_; }
+  const Storage& d_o() const { return d_o_; }  // empty without backward
   const Storage& o(Path path) const { return path == Path::kFlash ? o_flash_ : o_standard_; }
   const std::vector<float>& lse(Path path) const { return path == Path::kFlash ? lse_flash_ : lse_standard_; }
   const Storage& dq(Path path) const { return path == Path::kFlash ? dq_flash_ : dq_standard_; }
   const Storage& dk(Path path) const { return path == Path::kFlash ? dk_flash_ : dk_standard_; }
   const Storage& dv(Path path) const { return path == Path::kFlash ? dv_flash_ : dv_standard_; }
+  // Writable outputs, for results computed elsewhere (the GPU mode copies its outputs back here).
+  Storage& o(Path path) { return path == Path::kFlash ? o_flash_ : o_standard_; }
+  std::vector<float>& lse(Path path) { return path == Path::kFlash ? lse_flash_ : lse_standard_; }
+  Storage& dq(Path path) { return path == Path::kFlash ? dq_flash_ : dq_standard_; }
+  Storage& dk(Path path) { return path == Path::kFlash ? dk_flash_ : dk_standard_; }
+  Storage& dv(Path path) { return path == Path::kFlash ? dv_flash_ : dv_standard_; }
 
  private:
   Shape shape_;
