@@ -24,10 +24,12 @@ size_t cuda_sm80_forward_workspace(const ForwardParams& p);
 void cuda_sm80_forward(const ForwardParams& p, void* workspace, void* stream);
 
 // FlashAttention-2 backward on mma.sync (compute capability 8.0 and later): fp16/bf16, head_dim_v
-// == head_dim, multiples of 8 up to the largest backward instantiation (128), causal in both
-// alignments, sliding window, GQA/MQA, varlen; lse is required. Refuses softcap, ALiBi, bias and
-// mask. The workspace holds the fp32 dQ accumulator and per-row D = rowsum(dO ∘ O); dQ is summed
-// with fp32 atomics, so its last bits depend on the order of the adds.
+// == head_dim, multiples of 8 up to the largest backward instantiation (256 in a full build; d = 256
+// needs the 209 KB of shared memory per block of sm_90-class devices), causal in both alignments,
+// sliding window, GQA/MQA, varlen; lse is required. Refuses softcap, ALiBi, bias and mask. The
+// workspace holds per-row D = rowsum(dO ∘ O) and lse·log2e, and, unless p.deterministic, the fp32
+// dQ accumulator that the main kernel adds into with atomics (the last bits of dQ then depend on
+// the order of the adds); deterministic mode computes dQ in a kernel of its own, no atomics.
 Status cuda_sm80_backward_supported(const BackwardParams& p);
 size_t cuda_sm80_backward_workspace(const BackwardParams& p);
 // stream: a cudaStream_t. Launch errors are reported by the next CUDA call on the stream.

@@ -16,9 +16,10 @@ HEAD_DIM_PAIRS = [(d, d) for d in HEAD_DIMS] + [
     (192, 128),  # DeepSeek's MLA shape: V narrower than Q and K
     (64, 128),  # V wider than Q and K
 ]
-# Each needs a case in backward_tiles() (sm80/backward_policy.hpp), and must be one of HEAD_DIMS
+# Each needs a case in backward_tiled_tiles() and backward_dq_tiles() (sm80/backward_*policy.hpp),
+# and must be one of HEAD_DIMS
 # (CMake builds a backward file with the forward of its head dim).
-BACKWARD_HEAD_DIMS = [64, 96, 128]
+BACKWARD_HEAD_DIMS = [64, 96, 128, 192, 256]
 DTYPES = {"fp16": "DType::kFloat16", "bf16": "DType::kBFloat16"}
 
 OUT = pathlib.Path(__file__).resolve().parent / "sm80" / "instantiations"

@@ -408,7 +408,7 @@ constexpr DType kTypes[] = {DType::kBFloat16, DType::kFloat16};
 
 TEST(Sm80BackwardSmall, SizesNotTileMultiples) {
   for (DType t : kTypes)
-    for (int64_t d : {64, 128})
+    for (int64_t d : {64, 128, 192, 256})
       for (auto [sq, sk] : {std::pair<int64_t, int64_t>{1, 1}, {17, 17}, {113, 203}, {203, 113}, {1, 203}}) {
         Case c = make(t, sq, sk, d);
         c.batch = 2;
@@ -418,7 +418,7 @@ TEST(Sm80BackwardSmall, SizesNotTileMultiples) {
 }
 
 TEST(Sm80Backward, Long) {
-  for (int64_t d : {64, 128}) {
+  for (int64_t d : {64, 128, 256}) {
     Case c = make(DType::kBFloat16, 1023, 1023, d);
     SCOPED_TRACE(c.name());
     check_case(c);
@@ -428,13 +428,14 @@ TEST(Sm80Backward, Long) {
 TEST(Sm80BackwardSmall, CausalBothAlignments) {
   for (DType t : kTypes)
     for (Alignment a : {Alignment::kBottomRight, Alignment::kTopLeft})
-      for (auto [sq, sk] : {std::pair<int64_t, int64_t>{113, 203}, {203, 113}, {17, 17}}) {
-        Case c = make(t, sq, sk, t == DType::kBFloat16 ? 128 : 64);
-        c.causal = true;
-        c.alignment = a;
-        SCOPED_TRACE(c.name());
-        check_case(c);
-      }
+      for (auto [sq, sk] : {std::pair<int64_t, int64_t>{113, 203}, {203, 113}, {17, 17}})
+        for (int64_t d : {t == DType::kBFloat16 ? 128 : 64, t == DType::kBFloat16 ? 256 : 192}) {
+          Case c = make(t, sq, sk, d);
+          c.causal = true;
+          c.alignment = a;
+          SCOPED_TRACE(c.name());
+          check_case(c);
+        }
 }
 
 TEST(Sm80BackwardSmall, SlidingWindow) {
@@ -445,39 +446,43 @@ TEST(Sm80BackwardSmall, SlidingWindow) {
     SCOPED_TRACE(c.name());
     check_case(c);
   }
-  Case c = make(DType::kFloat16, 203, 113, 128);
-  c.causal = true;
-  c.window_left = 20;
-  SCOPED_TRACE(c.name());
-  check_case(c);
+  for (int64_t d : {128, 256}) {
+    Case c = make(DType::kFloat16, 203, 113, d);
+    c.causal = true;
+    c.window_left = 20;
+    SCOPED_TRACE(c.name());
+    check_case(c);
+  }
 }
 
 TEST(Sm80BackwardSmall, GqaMqa) {
-  for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{6, 2}, {4, 1}}) {
-    Case c = make(DType::kBFloat16, 113, 203, 128);
-    c.hq = hq;
-    c.hkv = hkv;
-    c.causal = true;
-    SCOPED_TRACE(c.name());
-    check_case(c);
-  }
+  for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{6, 2}, {4, 1}})
+    for (int64_t d : {128, 256}) {
+      Case c = make(DType::kBFloat16, 113, 203, d);
+      c.hq = hq;
+      c.hkv = hkv;
+      c.causal = true;
+      SCOPED_TRACE(c.name());
+      check_case(c);
+    }
 }
 
 TEST(Sm80BackwardSmall, VarlenWithEmptySequences) {
-  for (bool causal : {false, true}) {
-    Case c = make(DType::kBFloat16, 0, 0, 64);
-    c.varlen_q = {0, 17, 113, 5, 70};
-    c.varlen_k = {13, 0, 203, 64, 70};
-    c.hq = 4;
-    c.hkv = 2;
-    c.causal = causal;
-    SCOPED_TRACE(c.name());
-    check_case(c);
-  }
+  for (bool causal : {false, true})
+    for (int64_t d : {64, 192}) {
+      Case c = make(DType::kBFloat16, 0, 0, d);
+      c.varlen_q = {0, 17, 113, 5, 70};
+      c.varlen_k = {13, 0, 203, 64, 70};
+      c.hq = 4;
+      c.hkv = 2;
+      c.causal = causal;
+      SCOPED_TRACE(c.name());
+      check_case(c);
+    }
 }
 
 TEST(Sm80BackwardSmall, OtherHeadDimsAndScale) {
-  for (int64_t d : {96, 40, 8, 120}) {
+  for (int64_t d : {96, 40, 8, 120, 192, 160, 232}) {
     Case c = make(DType::kFloat16, 113, 97, d);
     c.scale = 0.3f;
     SCOPED_TRACE(c.name());
@@ -495,7 +500,7 @@ std::vector<Case> deterministic_cases() {
     cases.push_back(c);
   };
   for (DType t : kTypes)
-    for (int64_t d : {64, 96, 128})
+    for (int64_t d : {64, 96, 128, 192, 256})
       for (auto [sq, sk] : {std::pair<int64_t, int64_t>{1, 1}, {113, 203}, {203, 113}}) {
         Case c = make(t, sq, sk, d);
         c.batch = 2;
@@ -553,7 +558,7 @@ TEST(Sm80BackwardSmall, DeterministicMatchesReference) {
 }
 
 TEST(Sm80Backward, DeterministicLong) {
-  for (int64_t d : {64, 128}) {
+  for (int64_t d : {64, 128, 256}) {
     Case c = make(DType::kBFloat16, 1023, 1023, d);
     c.hq = 4;
     c.hkv = 2;
@@ -663,8 +668,8 @@ TEST(Sm80BackwardSmall, RefusesWhatItDoesNotDo) {
   p.head_dim_v = 32;
   refused(p, "head_dim_v");
   p = base;
-  p.head_dim = 192;
-  refused(p, "head_dim 192");
+  p.head_dim = 264;
+  refused(p, "head_dim 264");
   p = base;
   const float slopes[2] = {0.5f, 0.25f};
   p.maybe_alibi_slopes = slopes;

@@ -132,7 +132,7 @@ Status cuda_sm80_backward_supported(const BackwardParams& p) {
                          " (needs 8.0 or later)");
   // The main kernel's shared memory, and the dQ kernel's in the deterministic mode.
   const int instance_head_dim = pick_instance(p)->head_dim;
-  const int smem = std::max(sm80::backward_tiles(instance_head_dim).smem_bytes(),
+  const int smem = std::max(sm80::backward_smem_bytes(instance_head_dim),
                             p.deterministic ? sm80::backward_dq_tiles(instance_head_dim).smem_bytes() : 0);
   if (device.smem_optin < smem)
     return not_supported("head_dim " + std::to_string(d.head_dim) + (p.deterministic ? " (deterministic)" : "") +

@@ -1,18 +1,26 @@
-// FlashAttention-2 backward for sm_80 and later, on mma.sync: the main kernel. It runs between the
-// row kernels of backward_rows.cuh (preprocess: D and lse·log2e; convert: dQ). One thread block per
-// (Bc keys, kv head, batch) keeps K and V of its keys in shared memory and dK, dV in registers, and
-// walks the Br-row query tiles that see its keys, for every query head of its GQA group (no partial
-// dK/dV per query head, no reduction):
-//   S^T  = K Q^T                     P^T = exp2(S^T scale log2e - lse log2e)
+// FlashAttention-2 backward for sm_80 and later, on mma.sync: the main kernel in the FlashAttention-2
+// work layout, for head dims up to 256. It runs between the row kernels of backward_rows.cuh
+// (preprocess: D and lse·log2e; convert: dQ). One thread block per (Bc keys, kv head, batch) keeps
+// K and V of its keys in shared memory and walks the Br-row query tiles that see its keys, for every
+// query head of its GQA group; per step (j: the block's keys, i: the step's query rows):
+//   S^T  = K Q^T                     P^T  = exp2(S^T scale log2e - lse log2e)
 //   dP^T = V dO^T                    dS^T = P^T ∘ (dP^T - D)
 //   dV  += P^T dO                    dK  += dS^T Q
-//   dQ  += dS K  (fp32 atomic adds into the workspace; the warps split the query rows here; skipped
-//                 when p.dq_accum is null: the deterministic path computes dQ in its own kernel)
-// Each warp owns 16 keys, so P^T and dS^T leave the accumulators as A operands directly.
-// dK is scaled once in the epilogue.
+//   dQ  += dS K  (fp32 atomic adds into the workspace; skipped when p.dq_accum is null: the
+//                 deterministic path computes dQ in its own kernel)
+// Every GEMM is split over all warps as a 2-D warp grid (backward_policy.hpp), so that dK and
+// dV (accumulated in registers over all steps) cost Bc·d·2 / (32 warps) registers per thread and each
+// warp tile is wide in both directions: each ldmatrix feeds several mma. S^T and dP^T share one warp
+// grid, so dS^T is elementwise in registers; P^T and dS^T go to shared memory, where the other
+// warp grids read them as A operands (dQ reads dS^T transposed).
 //
-// The dQ atomics make dQ depend on the order in which blocks add, in the last bits (dK and dV do
-// not: each is owned by one block and accumulated in a fixed order).
+// Pipeline, two barriers per step, Q, dO, lse·log2e and D double-buffered:
+//   wait step s | barrier | issue step s+1 | S^T, P^T, dP^T, dS^T -> smem | barrier | dV, dK, dQ
+// The loads of step s+1 fly during the whole of step s's math; the first barrier also tells that
+// every warp is done with the buffers they overwrite (step s-1's) and with the P^T and dS^T tiles.
+//
+// dK is scaled once in the epilogue. The dQ atomics make dQ depend on the order in which blocks add,
+// in the last bits (dK and dV do not: each is owned by one block and accumulated in a fixed order).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -20,69 +28,195 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/primitives/cp_async.cuh"
 #include "cuda/primitives/ldmatrix.cuh"
 #include "cuda/primitives/math.cuh"
+#include "cuda/primitives/mma.cuh"
 #include "cuda/primitives/reduce.cuh"
 #include "cuda/primitives/smem_tile.cuh"
 #include "cuda/sm80/backward_params.hpp"
-#include "cuda/sm80/backward_policy.hpp"
 #include "cuda/sm80/backward_rows.cuh"
-#include "cuda/sm80/epilogue.cuh"
+#include "cuda/sm80/backward_policy.hpp"
 #include "cuda/sm80/mask.cuh"
 #include "cuda/sm80/tile_load.cuh"
-#include "cuda/sm80/warp_gemm.cuh"
 
 namespace flashattn::detail::sm80 {
 
-// dQ += dS K for one warp's 16 query rows, added into the fp32 accumulator rows dq_rows (row
-// stride head_dim). dS comes from the dS^T tile in shared memory (its transpose through
-// ldmatrix.trans), K is the B operand the way P·V reads V. The head dim goes kDTilesPerPass n8
-// tiles at a time, so that only those accumulators are live beside dK and dV.
-// Of the head dim, the warp takes kDTiles n8 tiles from d_tile0 (the warps that share query rows
-// split it).
-template <class T, int kKeySteps, int kDTiles, class DsTile, class KTile>
-__device__ __forceinline__ void gemm_ds_k_accumulate(float* dq_rows, int rows_valid, int head_dim, uint32_t ds_smem,
-                                                     uint32_t k_smem, int q_rows0, int d_tile0, int lane) {
-  constexpr int kDTilesPerPass = kDTiles % 4 == 0 ? 4 : 2;
-  static_assert(kDTiles % kDTilesPerPass == 0);
-  // ldmatrix.x4.trans lane roles: (keys 0-7, queries 0-7), (keys 0-7, queries 8-15),
-  // (keys 8-15, queries 0-7), (keys 8-15, queries 8-15) as a0..a3 of dS.
-  const uint32_t a_offset = DsTile::offset((lane & 7) + ((lane >> 4) << 3), q_rows0 / 8 + ((lane >> 3) & 1));
-  cuda::FragA ds[kKeySteps];
+// One warp's share of a [kRows x kCols] GEMM result split over a kWarpsM x kWarpsN warp grid. Warp
+// (wm, wn) owns the m16 row tiles wm, wm + kWarpsM, ... and the 16-column slabs wn, wn + kWarpsN,
+// ... (interleaved rather than contiguous: with power-of-two warp counts, the chunk steps between a
+// warp's slabs never share a bit with its first chunk, the precondition of SwizzledTile::advance,
+// whatever the number of slabs per warp). Accumulator c[mt][nt].x[2 r + e] is element
+// (row0(mt) + g + 8 r, col0(nt) + 2 t + e), lane = 4 g + t.
+template <int kRows, int kCols, int kWarpsM, int kWarpsN>
+struct WarpGrid {
+  static constexpr int kWM = kWarpsM, kWN = kWarpsN;
+  static constexpr int kMTiles = kRows / (16 * kWarpsM);  // m16 tiles per warp
+  static constexpr int kNTiles = kCols / (8 * kWarpsN);   // n8 tiles per warp, in pairs (slabs)
+  static_assert(kRows % (16 * kWarpsM) == 0 && kCols % (16 * kWarpsN) == 0);
+
+  int wm, wn;
+  __device__ __forceinline__ explicit WarpGrid(int warp) : wm(warp % kWarpsM), wn(warp / kWarpsM) {}
+  __device__ __forceinline__ int row0(int mt) const { return 16 * (wm + kWarpsM * mt); }
+  __device__ __forceinline__ int col0(int nt) const { return 16 * (wn + kWarpsN * (nt / 2)) + 8 * (nt % 2); }
+};
+
+// What the rows of an operand's shared-memory tile index: the operand's own dimension (m of A, n
+// of B: plain ldmatrix) or the reduction dimension k (ldmatrix.trans).
+enum class TileRows { kMN, kK };
+
+// c += A B for one warp of Grid, over kKSteps k16 steps from k = 0, both operands in swizzled
+// shared memory. A [m, k] and B [k, n]; an operand whose tile rows are k is read transposed.
+//   ldmatrix.x4 lane roles (lanes 8i..8i+7 address matrix i):
+//   A, rows m: (m 0-7 | 8-15) x (k 0-7 | 8-15) as a0..a3      A, rows k: the same matrices from [k, m]
+//   B, rows n: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
+//   B, rows k: (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15)
+// the B matrices being b0, b1 of the slab's two n8 tiles. c holds kSlabs of the warp's slabs, from
+// slab0 (a GEMM done in passes keeps fewer accumulators live).
+template <class T, class Grid, int kKSteps, TileRows kARows, TileRows kBRows, class ATile, class BTile,
+          int kSlabs = Grid::kNTiles / 2>
+__device__ __forceinline__ void warp_gemm(cuda::FragC (&c)[Grid::kMTiles][2 * kSlabs], uint32_t a_smem,
+                                          uint32_t b_smem, const Grid& grid, int lane, int slab0 = 0) {
+  const int lo = lane & 7, bit3 = (lane >> 3) & 1, bit4 = lane >> 4;
+  // The lane's chunk is 0 or 1 plus the warp's first slab (2 wm or 2 wn): steps of 2 kk and of
+  // 2 kWM mt (2 kWN np) never share a bit with it.
+  const uint32_t a_offset = kARows == TileRows::kMN ? ATile::offset(16 * grid.wm + (lane & 15), bit4)
+                                                    : ATile::offset(lo + 8 * bit4, 2 * grid.wm + bit3);
+  const uint32_t b_offset = kBRows == TileRows::kMN ? BTile::offset(16 * grid.wn + lo + 8 * bit4, bit3)
+                                                    : BTile::offset(lo + 8 * bit3, 2 * grid.wn + bit4);
 #pragma unroll
-  for (int kk = 0; kk < kKeySteps; ++kk)
-    cuda::ldmatrix_x4_trans(ds[kk].x, ds_smem + DsTile::advance(a_offset, 16 * kk, 0));
-  const uint32_t b_offset = KTile::offset((lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
-  const int g = lane >> 2, t = lane & 3;
+  for (int kk = 0; kk < kKSteps; ++kk) {
+    cuda::FragA a[Grid::kMTiles];
 #pragma unroll
-  for (int pass = 0; pass < kDTiles / kDTilesPerPass; ++pass) {
-    cuda::FragC dq[kDTilesPerPass];
+    for (int mt = 0; mt < Grid::kMTiles; ++mt) {
+      if constexpr (kARows == TileRows::kMN)
+        cuda::ldmatrix_x4(a[mt].x, a_smem + ATile::advance(a_offset, 16 * Grid::kWM * mt, 2 * kk));
+      else
+        cuda::ldmatrix_x4_trans(a[mt].x, a_smem + ATile::advance(a_offset, 16 * kk, 2 * Grid::kWM * mt));
+    }
 #pragma unroll
-    for (int dt = 0; dt < kDTilesPerPass; ++dt) dq[dt] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int np = 0; np < kSlabs; ++np) {
+      uint32_t b[4];
+      if constexpr (kBRows == TileRows::kMN)
+        cuda::ldmatrix_x4(b, b_smem + BTile::advance(b_offset, 16 * Grid::kWN * (slab0 + np), 2 * kk));
+      else
+        cuda::ldmatrix_x4_trans(b, b_smem + BTile::advance(b_offset, 16 * kk, 2 * Grid::kWN * (slab0 + np)));
 #pragma unroll
-    for (int kk = 0; kk < kKeySteps; ++kk)
-#pragma unroll
-      for (int dp = 0; dp < kDTilesPerPass / 2; ++dp) {
-        uint32_t b[4];
-        cuda::ldmatrix_x4_trans(b, k_smem + KTile::advance(b_offset, 16 * kk, d_tile0 + 2 * (pass * kDTilesPerPass / 2 + dp)));
-        cuda::mma_m16n8k16<T>(dq[2 * dp], ds[kk], {b[0], b[1]});
-        cuda::mma_m16n8k16<T>(dq[2 * dp + 1], ds[kk], {b[2], b[3]});
-      }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = g + 8 * r;
-      if (row >= rows_valid) continue;
-#pragma unroll
-      for (int dt = 0; dt < kDTilesPerPass; ++dt) {
-        const int col = (d_tile0 + pass * kDTilesPerPass + dt) * 8 + 2 * t;
-        if (col < head_dim) {  // head_dim is a multiple of 8: both columns or neither
-          cuda::red_add_f32x2(dq_rows + int64_t{row} * head_dim + col, dq[dt].x[2 * r], dq[dt].x[2 * r + 1]);
-        }
+      for (int mt = 0; mt < Grid::kMTiles; ++mt) {
+        cuda::mma_m16n8k16<T>(c[mt][2 * np], a[mt], {b[0], b[1]});
+        cuda::mma_m16n8k16<T>(c[mt][2 * np + 1], a[mt], {b[2], b[3]});
       }
     }
   }
+}
+
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void zero_fragments(cuda::FragC (&c)[kMTiles][kNTiles]) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) c[mt][nt] = {0.0f, 0.0f, 0.0f, 0.0f};
+}
+
+// A warp's accumulators rounded to T into a swizzled [kRows, kCols] tile at the grid's positions.
+// Eight rows (g) at one chunk fall in eight bank groups, the four lanes t of a row in one: no bank
+// conflicts.
+template <class T, class Grid, class Tile>
+__device__ __forceinline__ void store_fragments(char* tile, const cuda::FragC (&c)[Grid::kMTiles][Grid::kNTiles],
+                                                const Grid& grid, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  const uint32_t offset = Tile::offset(grid.row0(0) + g, grid.col0(0) / 8);
+#pragma unroll
+  for (int mt = 0; mt < Grid::kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < Grid::kNTiles; ++nt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        // Chunk step 2 kWN (nt / 2) + nt % 2 from the first chunk 2 wn: bits disjoint.
+        const uint32_t at = Tile::advance(offset, 16 * Grid::kWM * mt + 8 * r, 2 * Grid::kWN * (nt / 2) + nt % 2);
+        *reinterpret_cast<uint32_t*>(tile + at + 4 * t) =
+            cuda::MmaType<T>::pack(c[mt][nt].x[2 * r], c[mt][nt].x[2 * r + 1]);
+      }
+}
+
+// Scores of S^T (rows: keys from j0; columns: queries from i0) outside the band become -inf.
+template <class Grid>
+__device__ __forceinline__ void mask_scores_transposed(cuda::FragC (&st)[Grid::kMTiles][Grid::kNTiles],
+                                                       const Band& band, const Grid& grid, int i0, int j0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < Grid::kNTiles; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const KeyRange keys = band.visible_keys(i0 + grid.col0(nt) + 2 * t + e);
+#pragma unroll
+      for (int mt = 0; mt < Grid::kMTiles; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int j = j0 + grid.row0(mt) + g + 8 * r;
+          if (j < keys.lo || j >= keys.hi) st[mt][nt].x[2 * r + e] = -INFINITY;
+        }
+    }
+}
+
+// dQ += dS K for one warp of Grid, added into the step's fp32 accumulator rows dq_rows (row stride
+// head_dim; rows_valid of them exist): A = dS, read transposed from dS^T, B = K (rows keys, the
+// reduction). kPassSlabs of the warp's 16-column slabs at a time.
+template <class T, class Grid, int kKSteps, int kPassSlabs, class PTile, class KTile>
+__device__ __forceinline__ void accumulate_dq(float* dq_rows, int rows_valid, int head_dim, uint32_t dst_smem,
+                                              uint32_t k_smem, const Grid& grid, int lane) {
+  static_assert((Grid::kNTiles / 2) % kPassSlabs == 0);
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int slab0 = 0; slab0 < Grid::kNTiles / 2; slab0 += kPassSlabs) {
+    cuda::FragC dq[Grid::kMTiles][2 * kPassSlabs];
+    zero_fragments(dq);
+    warp_gemm<T, Grid, kKSteps, TileRows::kK, TileRows::kK, PTile, KTile, kPassSlabs>(dq, dst_smem, k_smem, grid, lane,
+                                                                                      slab0);
+#pragma unroll
+    for (int mt = 0; mt < Grid::kMTiles; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = grid.row0(mt) + g + 8 * r;
+        if (row >= rows_valid) continue;
+#pragma unroll
+        for (int nt = 0; nt < 2 * kPassSlabs; ++nt) {
+          const int col = grid.col0(2 * slab0 + nt) + 2 * t;
+          if (col < head_dim)  // head_dim is a multiple of 8: both columns or neither
+            cuda::red_add_f32x2(dq_rows + int64_t{row} * head_dim + col, dq[mt][nt].x[2 * r], dq[mt][nt].x[2 * r + 1]);
+        }
+      }
+  }
+}
+
+// The query tiles [begin, begin + count) of Br rows that some row of which sees a key of [j0, j1).
+// The keys a row sees move right with the row (both ends), so "sees a key at or after j0" holds from
+// some tile on and "sees a key before j1" up to some tile: two bisections find the ends, with the
+// same per-tile test as a scan.
+struct QueryTiles {
+  int begin, count;
+};
+
+template <int kBlockM>
+__device__ __forceinline__ QueryTiles visible_query_tiles(const Band& band, int seqlen_q, int j0, int j1) {
+  const auto seen = [&](int m) { return band.visible_keys(m * kBlockM, min((m + 1) * kBlockM, seqlen_q)); };
+  int lo = 0, hi = (seqlen_q + kBlockM - 1) / kBlockM;
+  const int m_count = hi;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (seen(mid).hi > j0) hi = mid;
+    else lo = mid + 1;
+  }
+  const int begin = lo;
+  hi = m_count;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (seen(mid).lo >= j1) hi = mid;
+    else lo = mid + 1;
+  }
+  return {begin, lo - begin};
 }
 
 template <int kHeadDim, class T>
@@ -90,30 +224,29 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim>::kTiles.threads(), Ba
     backward_kernel(const BackwardKernelParams p) {
   constexpr BackwardTiles kTiles = BackwardPolicy<kHeadDim>::kTiles;
   constexpr int kBlockM = kTiles.block_m, kBlockN = kTiles.block_n, kThreads = kTiles.threads();
-  constexpr int kQTiles = kBlockM / 8;   // n8 tiles of S^T (queries)
-  constexpr int kDTiles = kHeadDim / 8;  // n8 tiles of dK, dV, dQ
-  using KTile = cuda::SwizzledTile<kBlockN, kHeadDim>;  // K and V
-  using QTile = cuda::SwizzledTile<kBlockM, kHeadDim>;  // Q and dO
-  using DsTile = cuda::SwizzledTile<kBlockN, kBlockM>;  // dS^T: rows keys, columns queries
+  constexpr int kWarps = kTiles.warps, kStages = BackwardTiles::kStages;
+  using KTile = cuda::SwizzledTile<kBlockN, kHeadDim>;  // K, V; dK, dV in the epilogue
+  using QTile = cuda::SwizzledTile<kBlockM, kHeadDim>;  // Q, dO
+  using PTile = cuda::SwizzledTile<kBlockN, kBlockM>;   // P^T, dS^T: rows keys, columns queries
   using KLoad = TileLoad<T, kBlockN, kHeadDim, kThreads>;
   using QLoad = TileLoad<T, kBlockM, kHeadDim, kThreads>;
-  static_assert(KTile::kBytes == kTiles.tile_bytes(kBlockN) && QTile::kBytes == kTiles.tile_bytes(kBlockM));
-  static_assert(DsTile::kBytes == kTiles.ds_bytes());
-  // dQ: warps split the Br rows in m16 tiles, then the head dim.
-  constexpr int kRowGroups = kBlockM / 16, kDSplit = kTiles.warps / kRowGroups;
+  using SdpGrid = WarpGrid<kBlockN, kBlockM, kTiles.sdp_key_warps, kWarps / kTiles.sdp_key_warps>;
+  using DkvGrid = WarpGrid<kBlockN, kHeadDim, kTiles.dkv_key_warps, kWarps / kTiles.dkv_key_warps>;
+  using DqGrid = WarpGrid<kBlockM, kHeadDim, kTiles.dq_query_warps, kWarps / kTiles.dq_query_warps>;
+  static_assert(KTile::kBytes == kTiles.kv_bytes() && QTile::kBytes == kTiles.q_bytes() &&
+                PTile::kBytes == kTiles.p_bytes());
 
-  // Shared memory: K, V (resident), dS^T, then two buffers of the per-step operands: Q, dO, and
-  // the step's rows' lse·log2e and D. The next step's buffer fills while this one is in use.
+  // K | V | stage 0: Q, dO | stage 1: Q, dO | P^T | dS^T | stage 0: lse·log2e, D | stage 1: ...
   extern __shared__ __align__(128) char smem[];
-  const uint32_t k_addr = cuda::smem_address(smem);
-  const uint32_t v_addr = k_addr + KTile::kBytes;
-  char* ds_tile = smem + 2 * KTile::kBytes;
-  const uint32_t ds_addr = cuda::smem_address(ds_tile);
-  char* const step_buffers = ds_tile + DsTile::kBytes;
-  constexpr int kStepBytes = kTiles.step_bytes();
-  const auto q_tile_of = [&](int buf) { return cuda::smem_address(step_buffers + buf * kStepBytes); };
-  const auto do_tile_of = [&](int buf) { return q_tile_of(buf) + QTile::kBytes; };
-  const auto lse_of = [&](int buf) { return reinterpret_cast<float*>(step_buffers + buf * kStepBytes + 2 * QTile::kBytes); };
+  char* const pt_tile = smem + 2 * KTile::kBytes + kStages * 2 * QTile::kBytes;
+  char* const dst_tile = pt_tile + PTile::kBytes;
+  float* const rows_smem = reinterpret_cast<float*>(dst_tile + PTile::kBytes);
+  const uint32_t k_addr = cuda::smem_address(smem), v_addr = k_addr + KTile::kBytes;
+  const uint32_t pt_addr = cuda::smem_address(pt_tile), dst_addr = cuda::smem_address(dst_tile);
+  const auto q_addr = [=](int stage) { return k_addr + 2 * KTile::kBytes + stage * 2 * QTile::kBytes; };
+  const auto do_addr = [=](int stage) { return q_addr(stage) + QTile::kBytes; };
+  const auto lse_smem = [=](int stage) { return rows_smem + stage * 2 * kBlockM; };  // [Br]
+  const auto delta_smem = [=](int stage) { return lse_smem(stage) + kBlockM; };     // [Br]
 
   const int n_block = blockIdx.x, h_kv = blockIdx.y, b = blockIdx.z;
   const BackwardSequence seq = backward_sequence(p, b);
@@ -121,11 +254,47 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim>::kTiles.threads(), Ba
   if (j0 >= seq.sk) return;  // varlen: this sequence is shorter than the longest
   const int j1 = min(j0 + kBlockN, seq.sk);
   const Band band{seq.sk, p.bottom_right ? seq.sk - seq.sq : 0, p.window_left, p.window_right};
+  const bool varlen = p.maybe_cu_seqlens_q != nullptr;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int g = lane >> 2, t = lane & 3;
-  const int warp_rows0 = warp * 16;  // the warp's keys in S^T, dK, dV
-  const bool varlen = p.maybe_cu_seqlens_q != nullptr;
+  const int t = lane & 3;
+  const SdpGrid sdp(warp);
+  const DkvGrid dkv(warp);
+  const DqGrid dqg(warp);
+
+  // Steps: the visible query tiles of head h_kv·group, then of the next head of the group, ...
+  const QueryTiles tiles = visible_query_tiles<kBlockM>(band, seq.sq, j0, j1);
+  const int steps = p.group * tiles.count;
+  struct Step {
+    int h, i0, i1;
+  };
+  const auto step_at = [&](int s) {
+    const int i0 = (tiles.begin + s % tiles.count) * kBlockM;
+    return Step{h_kv * p.group + s / tiles.count, i0, min(i0 + kBlockM, seq.sq)};
+  };
+  // Q, dO, lse·log2e and D of step s into buffer s % kStages, as one commit group. Rows past the
+  // sequence end: Q and dO zero-filled, lse·log2e = +inf (P = 0), D = 0.
+  const auto issue_step = [&](int s) {
+    const Step st = step_at(s);
+    const int stage = s % kStages;
+    const T* q = static_cast<const T*>(p.q) +
+                 row_offset(varlen, b, seq.q_row0, st.i0, st.h, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+    const T* d_o = static_cast<const T*>(p.d_o) + row_offset(varlen, b, seq.q_row0, st.i0, st.h, p.do_batch_stride,
+                                                             p.do_row_stride, p.do_head_stride);
+    QLoad::issue(q_addr(stage), q, p.q_row_stride, st.i1 - st.i0, p.head_dim, tid);
+    QLoad::issue(do_addr(stage), d_o, p.do_row_stride, st.i1 - st.i0, p.head_dim, tid);
+    if (tid < 2 * kBlockM) {
+      const int row = tid % kBlockM;
+      const bool is_delta = tid >= kBlockM;
+      float* to = (is_delta ? delta_smem(stage) : lse_smem(stage)) + row;
+      if (st.i0 + row < st.i1)
+        cuda::cp_async_4(cuda::smem_address(to),
+                         (is_delta ? p.delta : p.lse_log2) + workspace_row(p, b, st.h, st.i0 + row));
+      else
+        *to = is_delta ? 0.0f : INFINITY;
+    }
+    cuda::cp_async_commit();
+  };
 
   const T* k = static_cast<const T*>(p.k) +
                row_offset(varlen, b, seq.k_row0, j0, h_kv, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
@@ -134,134 +303,122 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim>::kTiles.threads(), Ba
   KLoad::issue(k_addr, k, p.k_row_stride, j1 - j0, p.head_dim, tid);
   KLoad::issue(v_addr, v, p.v_row_stride, j1 - j0, p.head_dim, tid);
   cuda::cp_async_commit();
+  if (steps > 0) issue_step(0);
 
-  cuda::FragC dk[1][kDTiles], dv[1][kDTiles];
+  cuda::FragC dk[DkvGrid::kMTiles][DkvGrid::kNTiles], dv[DkvGrid::kMTiles][DkvGrid::kNTiles];
+  zero_fragments(dk);
+  zero_fragments(dv);
+
+  // One step, reading buffer s % kStages (a constant: its addresses fold into the
+  // instructions instead of holding registers across the loop).
+  const auto run_step = [&](auto stage_constant, int s) {
+    constexpr int stage = decltype(stage_constant)::value;
+    const Step st = step_at(s);
+    cuda::cp_async_wait<0>();
+    __syncthreads();  // step s is in; every warp is done with step s - 1 (its buffers, P^T, dS^T)
+    if (s + 1 < steps) issue_step(s + 1);
+
+    // S^T = K Q^T, masked where the tile crosses the band's edge, then P^T in place.
+    cuda::FragC pt[SdpGrid::kMTiles][SdpGrid::kNTiles];
+    zero_fragments(pt);
+    warp_gemm<T, SdpGrid, kHeadDim / 16, TileRows::kMN, TileRows::kMN, KTile, QTile>(pt, k_addr, q_addr(stage), sdp,
+                                                                                     lane);
+    const KeyRange full = band.keys_seen_by_all(st.i0, st.i1);
+    if (j0 < full.lo || j0 + kBlockN > full.hi) mask_scores_transposed(pt, band, sdp, st.i0, j0, lane);
 #pragma unroll
-  for (int dt = 0; dt < kDTiles; ++dt) dk[0][dt] = dv[0][dt] = {0.0f, 0.0f, 0.0f, 0.0f};
-
-  // The query tiles that see these keys form one run [m_first, m_end) (the band's edges grow with
-  // the row); the block walks it once per query head of its group: steps s = hg·count + (m - m_first).
-  const int m_count = (seq.sq + kBlockM - 1) / kBlockM;
-  const auto sees_block = [&](int m) {
-    const KeyRange seen = band.visible_keys(m * kBlockM, min(m * kBlockM + kBlockM, seq.sq));
-    return seen.hi > j0 && seen.lo < j1;
-  };
-  int m_first = 0;
-  while (m_first < m_count && !sees_block(m_first)) ++m_first;
-  int m_end = m_first;
-  while (m_end < m_count && sees_block(m_end)) ++m_end;
-  const int steps_per_head = m_end - m_first, steps = steps_per_head * p.group;
-
-  // Issues the loads of step s into buffer buf: Q and dO through cp.async (rows past the end
-  // zero-filled), lse·log2e and D through 4-byte cp.async; rows past the end get lse·log2e = +inf
-  // (P = 0) and D = 0 by plain stores (the buffer was last read two steps ago, before a barrier).
-  const auto issue_step = [&](int s, int buf) {
-    const int h = h_kv * p.group + s / steps_per_head;
-    const int i0 = (m_first + s % steps_per_head) * kBlockM, rows = min(kBlockM, seq.sq - i0);
-    const T* q = static_cast<const T*>(p.q) +
-                 row_offset(varlen, b, seq.q_row0, i0, h, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
-    const T* d_o = static_cast<const T*>(p.d_o) +
-                   row_offset(varlen, b, seq.q_row0, i0, h, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
-    QLoad::issue(q_tile_of(buf), q, p.q_row_stride, rows, p.head_dim, tid);
-    QLoad::issue(do_tile_of(buf), d_o, p.do_row_stride, rows, p.head_dim, tid);
-    if (tid < 2 * kBlockM) {
-      const int r = tid % kBlockM;
-      float* dst = lse_of(buf) + tid;  // lse·log2e [kBlockM], then D [kBlockM]
-      if (r < rows) {
-        const int64_t row = workspace_row(p, b, h, i0 + r);
-        cuda::cp_async_4(cuda::smem_address(dst), tid < kBlockM ? p.lse_log2 + row : p.delta + row);
-      } else {
-        *dst = tid < kBlockM ? INFINITY : 0.0f;
-      }
-    }
-    cuda::cp_async_commit();
-  };
-
-  if (steps > 0) issue_step(0, 0);
-  for (int s = 0; s < steps; ++s) {
-    const int buf = s & 1;
-    const int h = h_kv * p.group + s / steps_per_head;
-    const int i0 = (m_first + s % steps_per_head) * kBlockM, i1 = min(i0 + kBlockM, seq.sq);
-    // Prefetch step s + 1 into the other buffer (read last in step s - 1, before its dS^T barrier),
-    // then wait for step s's group (and K, V) only.
-    if (s + 1 < steps) {
-      issue_step(s + 1, buf ^ 1);
-      cuda::cp_async_wait<1>();
-    } else {
-      cuda::cp_async_wait<0>();
-    }
-    __syncthreads();  // step s's operands are visible to all; every warp is done with step s - 1's dS^T
-    const uint32_t q_addr = q_tile_of(buf), do_addr = do_tile_of(buf);
-    const float* lse_log2_s = lse_of(buf);
-    const float* delta_s = lse_log2_s + kBlockM;
-
-      // S^T = K Q^T, masked, then P^T in place.
-      cuda::FragC st[1][kQTiles];
-      gemm_qk<T, 1, kQTiles, kHeadDim, KTile, QTile>(st, k_addr, q_addr, warp_rows0, lane);
-      const KeyRange full = band.keys_seen_by_all(i0, i1);
-      if (j0 < full.lo || j0 + kBlockN > full.hi) apply_band_mask_transposed(st, band, i0, j0 + warp_rows0, lane);
+    for (int nt = 0; nt < SdpGrid::kNTiles; ++nt) {
+      const float2 lse = *reinterpret_cast<const float2*>(lse_smem(stage) + sdp.col0(nt) + 2 * t);
 #pragma unroll
-      for (int nt = 0; nt < kQTiles; ++nt) {
-        const float2 lse = *reinterpret_cast<const float2*>(lse_log2_s + nt * 8 + 2 * t);
+      for (int mt = 0; mt < SdpGrid::kMTiles; ++mt)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          st[0][nt].x[2 * r] = cuda::fast_exp2(fmaf(st[0][nt].x[2 * r], p.scale_log2, -lse.x));
-          st[0][nt].x[2 * r + 1] = cuda::fast_exp2(fmaf(st[0][nt].x[2 * r + 1], p.scale_log2, -lse.y));
+          pt[mt][nt].x[2 * r] = cuda::fast_exp2(fmaf(pt[mt][nt].x[2 * r], p.scale_log2, -lse.x));
+          pt[mt][nt].x[2 * r + 1] = cuda::fast_exp2(fmaf(pt[mt][nt].x[2 * r + 1], p.scale_log2, -lse.y));
         }
-      }
+    }
+    store_fragments<T, SdpGrid, PTile>(pt_tile, pt, sdp, lane);
 
-      // dP^T = V dO^T, then dS^T = P^T ∘ (dP^T - D) in place.
-      cuda::FragC dst[1][kQTiles];
-      gemm_qk<T, 1, kQTiles, kHeadDim, KTile, QTile>(dst, v_addr, do_addr, warp_rows0, lane);
+    // dP^T = V dO^T, then dS^T = P^T ∘ (dP^T - D) in place.
+    cuda::FragC dst[SdpGrid::kMTiles][SdpGrid::kNTiles];
+    zero_fragments(dst);
+    warp_gemm<T, SdpGrid, kHeadDim / 16, TileRows::kMN, TileRows::kMN, KTile, QTile>(dst, v_addr, do_addr(stage), sdp,
+                                                                                     lane);
 #pragma unroll
-      for (int nt = 0; nt < kQTiles; ++nt) {
-        const float2 delta = *reinterpret_cast<const float2*>(delta_s + nt * 8 + 2 * t);
+    for (int nt = 0; nt < SdpGrid::kNTiles; ++nt) {
+      const float2 delta = *reinterpret_cast<const float2*>(delta_smem(stage) + sdp.col0(nt) + 2 * t);
+#pragma unroll
+      for (int mt = 0; mt < SdpGrid::kMTiles; ++mt)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          dst[0][nt].x[2 * r] = st[0][nt].x[2 * r] * (dst[0][nt].x[2 * r] - delta.x);
-          dst[0][nt].x[2 * r + 1] = st[0][nt].x[2 * r + 1] * (dst[0][nt].x[2 * r + 1] - delta.y);
+          dst[mt][nt].x[2 * r] = pt[mt][nt].x[2 * r] * (dst[mt][nt].x[2 * r] - delta.x);
+          dst[mt][nt].x[2 * r + 1] = pt[mt][nt].x[2 * r + 1] * (dst[mt][nt].x[2 * r + 1] - delta.y);
         }
-      }
+    }
+    store_fragments<T, SdpGrid, PTile>(dst_tile, dst, sdp, lane);
+    __syncthreads();  // P^T and dS^T are whole
 
-      cuda::FragA pt_frag[1][kQTiles / 2], dst_frag[1][kQTiles / 2];
-      pack_p<T>(pt_frag, st);
-      pack_p<T>(dst_frag, dst);
-      // dS^T to shared memory for dQ: A fragment register x holds rows g / g + 8 (x odd), query
-      // columns 2t.. / 2t + 8.. (x >= 2) of the 16-query step kk.
-#pragma unroll
-      for (int kk = 0; kk < kQTiles / 2; ++kk)
-#pragma unroll
-        for (int x = 0; x < 4; ++x)
-          *reinterpret_cast<uint32_t*>(ds_tile + DsTile::offset(warp_rows0 + g + 8 * (x & 1), 2 * kk + (x >> 1)) +
-                                       4 * t) = dst_frag[0][kk].x[x];
+    // dV += P^T dO, dK += dS^T Q: A rows are keys, B rows are queries (the reduction).
+    warp_gemm<T, DkvGrid, kBlockM / 16, TileRows::kMN, TileRows::kK, PTile, QTile>(dv, pt_addr, do_addr(stage), dkv,
+                                                                                   lane);
+    warp_gemm<T, DkvGrid, kBlockM / 16, TileRows::kMN, TileRows::kK, PTile, QTile>(dk, dst_addr, q_addr(stage), dkv,
+                                                                                   lane);
 
-      gemm_pv<T, 1, kQTiles / 2, kDTiles, QTile>(dv, pt_frag, do_addr, lane);
-      gemm_pv<T, 1, kQTiles / 2, kDTiles, QTile>(dk, dst_frag, q_addr, lane);
-      __syncthreads();  // dS^T is whole; every warp is done with this step's Q and dO
-
-      if (p.dq_accum == nullptr) continue;  // dQ has its own kernel (deterministic mode)
-      const int q_rows0 = (warp % kRowGroups) * 16;
-      gemm_ds_k_accumulate<T, kBlockN / 16, kDTiles / kDSplit, DsTile, KTile>(
-          p.dq_accum + workspace_row(p, b, h, i0 + q_rows0) * p.head_dim, i1 - i0 - q_rows0, p.head_dim, ds_addr,
-          k_addr, q_rows0, (warp / kRowGroups) * (kDTiles / kDSplit), lane);
+    if (p.dq_accum == nullptr) return;  // dQ has its own kernel (deterministic mode)
+    accumulate_dq<T, DqGrid, kBlockN / 16, kTiles.dq_pass_slabs, PTile, KTile>(
+        p.dq_accum + workspace_row(p, b, st.h, st.i0) * p.head_dim, st.i1 - st.i0, p.head_dim, dst_addr, k_addr, dqg,
+        lane);
+  };
+  static_assert(kStages == 2);
+  for (int s = 0; s < steps; s += 2) {
+    run_step(std::integral_constant<int, 0>{}, s);
+    if (s + 1 < steps) run_step(std::integral_constant<int, 1>{}, s + 1);
   }
 
-  // Epilogue: dK = scale · dS^T Q, and dV, staged over the K and V tiles they belong to.
-  cuda::cp_async_wait<0>();  // K and V, when there was no step
+  // Epilogue: dK = scale · Σ dS^T Q and dV staged over the K and V tiles they belong to, then
+  // copied out in 16-byte rows; keys past the sequence end are not written.
+  cuda::cp_async_wait<0>();  // with no step, K and V are still in flight
+  __syncthreads();           // every warp is done with K, V, P^T and dS^T
+#pragma unroll
+  for (int mt = 0; mt < DkvGrid::kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < DkvGrid::kNTiles; ++nt)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) dk[mt][nt].x[x] *= p.scale;
+  store_fragments<T, DkvGrid, KTile>(smem, dk, dkv, lane);
+  store_fragments<T, DkvGrid, KTile>(smem + KTile::kBytes, dv, dkv, lane);
   __syncthreads();
-#pragma unroll
-  for (int dt = 0; dt < kDTiles; ++dt)
-#pragma unroll
-    for (int x = 0; x < 4; ++x) dk[0][dt].x[x] *= p.scale;
-  const int rows_valid = j1 - j0 - warp_rows0;
-  T* dk_out = static_cast<T*>(p.dk) + row_offset(varlen, b, seq.k_row0, j0 + warp_rows0, h_kv, p.dk_batch_stride,
-                                                  p.dk_row_stride, p.dk_head_stride);
-  T* dv_out = static_cast<T*>(p.dv) + row_offset(varlen, b, seq.k_row0, j0 + warp_rows0, h_kv, p.dv_batch_stride,
-                                                  p.dv_row_stride, p.dv_head_stride);
-  store_output<T, 1, kDTiles, kHeadDim, KTile>(dk, smem, warp_rows0, dk_out, p.dk_row_stride, rows_valid,
-                                               p.head_dim, lane);
-  store_output<T, 1, kDTiles, kHeadDim, KTile>(dv, smem + KTile::kBytes, warp_rows0, dv_out, p.dv_row_stride, rows_valid,
-                                               p.head_dim, lane);
+
+  T* dk_out = static_cast<T*>(p.dk) +
+              row_offset(varlen, b, seq.k_row0, j0, h_kv, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
+  T* dv_out = static_cast<T*>(p.dv) +
+              row_offset(varlen, b, seq.k_row0, j0, h_kv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  for (int c = tid; c < 2 * kBlockN * kChunksPerRow; c += kThreads) {
+    const bool is_dv = c >= kBlockN * kChunksPerRow;
+    const int row = (c % (kBlockN * kChunksPerRow)) / kChunksPerRow, chunk = c % kChunksPerRow;
+    if (row >= j1 - j0 || chunk * 8 >= p.head_dim) continue;
+    const uint4 value = *reinterpret_cast<const uint4*>(smem + (is_dv ? KTile::kBytes : 0) + KTile::offset(row, chunk));
+    if (is_dv)
+      *reinterpret_cast<uint4*>(dv_out + row * p.dv_row_stride + chunk * 8) = value;
+    else
+      *reinterpret_cast<uint4*>(dk_out + row * p.dk_row_stride + chunk * 8) = value;
+  }
+}
+
+// Launches the main kernel only (grid: key blocks, kv heads, batch); the row kernels around it are
+// the caller's (backward_launch.cuh).
+template <int kHeadDim, class T>
+cudaError_t launch_backward_main(const BackwardKernelParams& p, cudaStream_t stream) {
+  constexpr BackwardTiles kTiles = BackwardPolicy<kHeadDim>::kTiles;
+  if (p.seqlen_k <= 0 || p.batch <= 0 || p.heads_q <= 0) return cudaSuccess;
+  const auto kernel = backward_kernel<kHeadDim, T>;
+  constexpr int kSmem = kTiles.smem_bytes();
+  if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      e != cudaSuccess)
+    return e;
+  const dim3 grid((p.seqlen_k + kTiles.block_n - 1) / kTiles.block_n, p.heads_q / p.group, p.batch);
+  kernel<<<grid, kTiles.threads(), kSmem, stream>>>(p);
+  return cudaGetLastError();
 }
 
 }  // namespace flashattn::detail::sm80

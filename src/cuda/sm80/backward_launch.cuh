@@ -35,13 +35,8 @@ cudaError_t launch_backward(const BackwardKernelParams& p, cudaStream_t stream) 
   const bool has_rows = p.seqlen_q > 0;
   const bool deterministic = p.dq_accum == nullptr;
   if (has_rows) backward_preprocess_kernel<T><<<row_grid, kRowKernelWarps * 32, 0, stream>>>(p);
-  if (p.seqlen_k > 0) {
-    constexpr BackwardTiles kTiles = BackwardPolicy<kHeadDim>::kTiles;
-    const auto kernel = backward_kernel<kHeadDim, T>;
-    if (cudaError_t e = allow_shared_memory(kernel, kTiles.smem_bytes()); e != cudaSuccess) return e;
-    const dim3 grid((p.seqlen_k + kTiles.block_n - 1) / kTiles.block_n, p.heads_q / p.group, p.batch);
-    kernel<<<grid, kTiles.threads(), kTiles.smem_bytes(), stream>>>(p);
-  }
+  if (p.seqlen_k > 0)
+    if (cudaError_t e = launch_backward_main<kHeadDim, T>(p, stream); e != cudaSuccess) return e;
   if (has_rows && !deterministic) backward_convert_dq_kernel<T><<<row_grid, kRowKernelWarps * 32, 0, stream>>>(p);
   if (has_rows && deterministic) {
     // Also with seqlen_k = 0: rows that see no key get dQ = 0.
