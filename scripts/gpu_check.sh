@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # The GPU check, in one call on a GPU machine (an H200 here): configure and build the CUDA backends
-# for sm_80 and sm_90a (ptxas report: registers, spills), run the GPU tests, compute-sanitizer
-# memcheck and racecheck on small cases, the SASS instruction mix, then the forward benchmark beside
-# PyTorch SDPA's backends, whose short table is printed last.
+# for sm_80 and sm_90a (ptxas report: registers, spills), run the GPU tests (the sm80 kernels, the
+# CPU-vs-GPU comparison, the Hopper primitives), compute-sanitizer memcheck and racecheck on small
+# cases, the SASS instruction mix, flashattn-bench --device cuda, then the forward and backward
+# benchmark beside PyTorch SDPA's backends, whose short table is printed last.
 #
 #   scripts/gpu_check.sh                      everything
-#   STEPS="build test" scripts/gpu_check.sh   some steps (build test sanitize sass bench)
-#   BENCH_ARGS="--dims 128 --seqlens 8192"    passed to tools/gpu/bench_sdpa.py (default --backward)
+#   STEPS="build test" scripts/gpu_check.sh   some steps (build test sanitize sass gpubench bench)
+#   BENCH_ARGS="--dims 128 --seqlens 8192"    passed to tools/gpu/bench_sdpa.py (default --backward --options)
 # Logs go to $OUT (or build/gpu-check) and the build to build/gpu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STEPS=${STEPS:-"build test sanitize sass bench"}
+STEPS=${STEPS:-"build test sanitize sass gpubench bench"}
 LOGS=${OUT:-build/gpu-check}
 BUILD=build/gpu
 mkdir -p "$LOGS"
@@ -24,7 +25,8 @@ if has build; then
   t0=$(date +%s)
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_PTXAS_VERBOSE=ON \
         ${CMAKE_ARGS:-} > "$LOGS/configure.log"
-  cmake --build "$BUILD" -j "$(nproc)" --target flashattn_cuda_tests flashattn_shim flashattn_tests \
+  cmake --build "$BUILD" -j "$(nproc)" --target flashattn_cuda_tests flashattn_shim flashattn_tests flashattn-bench \
+        flashattn_bench_tests flashattn_sm90_primitive_tests \
         > "$LOGS/build.log" 2>&1 || { tail -50 "$LOGS/build.log"; exit 1; }
   echo "[time] build: $(( $(date +%s) - t0 )) s"
   # ptxas: a "Compiling entry function" line per kernel and target, then its usage lines.
@@ -56,6 +58,13 @@ if has test; then
   step "GPU tests"
   "$BUILD/tests/cuda/flashattn_cuda_tests" --gtest_brief=1 2>&1 | tee "$LOGS/tests.log" | grep -v "^  \|^\[seed\]" || true
   grep -q "PASSED" "$LOGS/tests.log" && ! grep -q "FAILED" "$LOGS/tests.log" || { echo "GPU TESTS FAILED"; exit 1; }
+  step "Hopper primitive tests (TMA, mbarrier pipeline, wgmma)"
+  timeout 300 "$BUILD/tests/cuda/sm90/flashattn_sm90_primitive_tests" --gtest_brief=1 2>&1 | tee "$LOGS/sm90_tests.log" \
+      | grep -v "^  \|^\[seed\]" || true
+  grep -q "PASSED" "$LOGS/sm90_tests.log" && ! grep -q "FAILED" "$LOGS/sm90_tests.log" || { echo "SM90 TESTS FAILED"; exit 1; }
+  echo "HGMMA in the sm90 tests: $(cuobjdump -sass "$BUILD/tests/cuda/sm90/flashattn_sm90_primitive_tests" | grep -c HGMMA)"
+  "$BUILD/tools/bench/flashattn_bench_tests" --gtest_brief=1 > "$LOGS/bench_tests.log" 2>&1 && tail -1 "$LOGS/bench_tests.log" \
+      || { tail -30 "$LOGS/bench_tests.log"; echo "BENCH TESTS FAILED"; exit 1; }
   step "CPU tests (same build)"
   "$BUILD/tests/flashattn_tests" --gtest_brief=1 > "$LOGS/cpu_tests.log" 2>&1 && tail -3 "$LOGS/cpu_tests.log" \
       || { tail -40 "$LOGS/cpu_tests.log"; echo "CPU TESTS FAILED"; exit 1; }
@@ -67,7 +76,7 @@ if has sanitize; then
       --gtest_filter='*Small*' > "$LOGS/memcheck.log" 2>&1 && echo "memcheck: clean" || { tail -30 "$LOGS/memcheck.log"; exit 1; }
   step "compute-sanitizer racecheck (a few small cases)"
   compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/flashattn_cuda_tests" --gtest_brief=1 \
-      --gtest_filter='*Small*q203_k113*:*Small*varlen*:*SmallRepeat*' > "$LOGS/racecheck.log" 2>&1 \
+      --gtest_filter='*Small*q203_k113*:*Small*varlen*:*SmallRepeat*:Sm80BackwardSmall.VarlenWithEmptySequences:Sm80BackwardSmall.GqaMqa:Sm80BackwardSmall.DeterministicRunsAreBitIdentical:Sm90Pipeline.*' > "$LOGS/racecheck.log" 2>&1 \
       && echo "racecheck: clean" || { tail -30 "$LOGS/racecheck.log"; exit 1; }
 fi
 
@@ -81,8 +90,18 @@ if has sass; then
   done
 fi
 
+if has gpubench; then
+  step "flashattn-bench --device cuda (b1 h16 n16384 d128)"
+  for a in "" "--causal --backward"; do
+    "$BUILD/tools/bench/flashattn-bench" --device cuda --heads 16 --seqlen 16384 --head-dim 128 $a --json \
+        > "$LOGS/flashattn_bench.json" 2> "$LOGS/flashattn_bench.err" || { cat "$LOGS/flashattn_bench.err"; exit 1; }
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: r[k] for k in r if k.startswith(('flash_', 'max_abs', 'bwd_', 'kernel', 'device_name'))})" \
+        "$LOGS/flashattn_bench.json"
+  done
+fi
+
 if has bench; then
-  step "forward benchmark beside PyTorch SDPA"
+  step "forward and backward benchmark beside PyTorch SDPA"
   PYTHONUNBUFFERED=1 python3 tools/gpu/bench_sdpa.py --lib "$BUILD/tools/gpu/libflashattn_shim.so" --json "$LOGS/bench.json" \
-      ${BENCH_ARGS:---backward} 2>&1 | tee "$LOGS/bench.log"
+      ${BENCH_ARGS:---backward --options} 2>&1 | tee "$LOGS/bench.log"
 fi

@@ -39,6 +39,23 @@ class Ours:
             [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
         g.restype = ctypes.c_int
 
+    def forward_mods(self, q, k, v, o, causal, softcap=0.0, alibi=None, bias=None, mask=None):
+        """The forward with score modifiers; bias (q's dtype) and mask (bool) are [b, h, n, n] views
+        (zero strides broadcast)."""
+        b, n, h, d = q.shape
+        f = self.lib.flashattn_shim_forward_mods
+        i64, ptr = ctypes.c_int64, ctypes.c_void_p
+        f.argtypes = [ptr] * 4 + [ctypes.c_int] + [i64] * 4 + [ctypes.c_int, ctypes.c_float, ptr, ptr] + [i64] * 3 + \
+            [ptr] + [i64] * 3 + [ctypes.c_char_p, ctypes.c_int]
+        f.restype = ctypes.c_int
+        bs = bias.stride()[:3] if bias is not None else (0, 0, 0)
+        ms = mask.stride()[:3] if mask is not None else (0, 0, 0)
+        rc = f(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), DTYPES[q.dtype], b, n, h, d, int(causal),
+               softcap, alibi.data_ptr() if alibi is not None else None, bias.data_ptr() if bias is not None else None,
+               *bs, mask.data_ptr() if mask is not None else None, *ms, self.msg, 512)
+        if rc != 0:
+            raise RuntimeError(self.msg.value.decode())
+
     def backward(self, q, k, v, o, do, lse, dq, dk, dv, causal, workspace=None):
         """With workspace None: returns the bytes of workspace the call needs. Else runs it."""
         b, sq, hq, d = q.shape
@@ -103,6 +120,60 @@ def backward_row(ours, row, q, k, v, o, lse, causal, flops):
     del out, qg, kg, vg, dq_flash, dq, dk, dv, do
 
 
+def options_table(ours, dtype, d=128, n=8192):
+    """Forward with each score modifier at one shape (bf16, 16k tokens, hidden 2048), beside our plain
+    forward and SDPA's efficient backend with the same float bias / bool mask (flash and cuDNN take
+    neither). FLOPs counted as for the plain forward, so the columns compare times."""
+    b, h = 16384 // n, 2048 // d
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=dtype) for _ in range(3))
+    o = torch.empty_like(q)
+    flops = 4 * b * h * n * n * d
+    slopes = torch.rand(h, device="cuda", dtype=torch.float32) * 0.1
+    bias_full = torch.randn(1, h, n, n, device="cuda", dtype=dtype).expand(b, h, n, n)  # per head, shared by batch
+    # Masks as bytes (ours), broadcast by zero strides: key padding keeps 3/4 of the keys; the
+    # block-sparse one keeps half of the 128x128 tiles.
+    keep = (torch.rand(b, 1, 1, n, device="cuda") > 0.25).to(torch.uint8).expand(b, h, n, n)
+    keep_sparse = (torch.rand(1, 1, n // 128, n // 128, device="cuda") > 0.5).to(torch.uint8) \
+        .repeat_interleave(128, 2).repeat_interleave(128, 3).expand(b, h, n, n)
+    cases = [("plain", {}), ("softcap 30", {"softcap": 30.0}), ("ALiBi", {"alibi": slopes}),
+             ("bias [1,h,n,n]", {"bias": bias_full}), ("mask key padding", {"mask": keep}),
+             ("mask block-sparse 50%", {"mask": keep_sparse})]
+    rows = []
+    for name, kw in cases:
+        mask = kw.get("mask")
+        row = {"case": name}
+        try:
+            fn = lambda: ours.forward_mods(q, k, v, o, False, **kw)
+            fn()
+            torch.cuda.synchronize()
+            row["ours_tflops"] = flops / time_ms(fn) / 1e9
+        except RuntimeError as e:
+            row["ours_error"] = str(e)[:120]
+        if "bias" in kw or mask is not None:
+            attn = kw["bias"] if "bias" in kw else mask.bool()
+            qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+            try:
+                with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+                    fn = lambda: F.scaled_dot_product_attention(qt, kt, vt, attn_mask=attn)
+                    fn()
+                    torch.cuda.synchronize()
+                    row["efficient_tflops"] = flops / time_ms(fn) / 1e9
+            except Exception as e:
+                row["efficient_error"] = str(e).splitlines()[0][:120]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    # Sparse masks skip tiles, so a rate above the plain one is expected there.
+    print()
+    print(f"forward with score modifiers, TFLOP/s as if dense (d={d}, n={n}, batch {b}, heads {h}, non-causal)")
+    print(f"{'case':>22} {'ours':>7} {'efficient':>9}")
+    for r in rows:
+        o_t = f"{r['ours_tflops']:7.1f}" if "ours_tflops" in r else f"{'-':>7}"
+        e_t = f"{r['efficient_tflops']:9.1f}" if "efficient_tflops" in r else f"{'-':>9}"
+        print(f"{r['case']:>22} {o_t} {e_t}")
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", required=True)
@@ -113,6 +184,7 @@ def main():
     ap.add_argument("--backends", default="flash,cudnn,efficient,math")
     ap.add_argument("--math-max-n", type=int, default=2048, help="math backend only up to this n (memory, time)")
     ap.add_argument("--backward", action="store_true", help="also time the backward (ours where supported, SDPA flash)")
+    ap.add_argument("--options", action="store_true", help="also time the forward with each score modifier (d 128, n 8k)")
     args = ap.parse_args()
 
     ours = Ours(args.lib)
@@ -162,6 +234,7 @@ def main():
                 del q, k, v, o, lse, qt, kt, vt
                 torch.cuda.empty_cache()
 
+    options = options_table(ours, dtype) if args.options else None
     if args.backward:
         print()
         print("backward TFLOP/s (2.5x forward FLOPs), " + args.dtype + ", 16k tokens, hidden 2048")
@@ -175,7 +248,7 @@ def main():
                   f"{r.get('bwd_max_abs_diff_dq', float('nan')):18.1e}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump({"grid": rows, "options": options} if options is not None else rows, f, indent=1)
     # The short table, last.
     print()
     header = f"{'d':>4} {'n':>6} {'causal':>6} {'ours':>7}" + "".join(f" {x:>9}" for x in names) + \

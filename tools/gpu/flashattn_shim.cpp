@@ -42,6 +42,44 @@ extern "C" int flashattn_shim_forward(const void* q, const void* k, const void* 
   return 0;
 }
 
+// The forward with score modifiers (for timing them): softcap (0: none), ALiBi slopes [heads_q]
+// (null: none), an additive bias of q's dtype with element strides over (batch, head, row) (null:
+// none; zero strides broadcast) and a boolean mask, one byte per element, likewise.
+extern "C" int flashattn_shim_forward_mods(const void* q, const void* k, const void* v, void* o, int dtype,
+                                           int64_t batch, int64_t seqlen, int64_t heads, int64_t head_dim,
+                                           int causal, float softcap, const float* alibi_slopes, const void* bias,
+                                           int64_t bias_batch_stride, int64_t bias_head_stride,
+                                           int64_t bias_row_stride, const uint8_t* mask, int64_t mask_batch_stride,
+                                           int64_t mask_head_stride, int64_t mask_row_stride, char* message,
+                                           int message_bytes) {
+  flashattn::ForwardParams p;
+  p.dtype = static_cast<flashattn::DType>(dtype);
+  p.batch = batch;
+  p.seqlen_q = p.seqlen_k = seqlen;
+  p.heads_q = p.heads_kv = heads;
+  p.head_dim = p.head_dim_v = head_dim;
+  p.q = flashattn::contiguous(q, seqlen, heads, head_dim);
+  p.k = flashattn::contiguous(k, seqlen, heads, head_dim);
+  p.v = flashattn::contiguous(v, seqlen, heads, head_dim);
+  p.o = flashattn::contiguous(o, seqlen, heads, head_dim);
+  p.causal = causal != 0;
+  p.softcap = softcap;
+  p.maybe_alibi_slopes = alibi_slopes;
+  p.maybe_bias = {bias, p.dtype, bias_batch_stride, bias_head_stride, bias_row_stride};
+  p.maybe_mask = {mask, mask_batch_stride, mask_head_stride, mask_row_stride};
+  flashattn::Launch launch;
+  launch.backend = flashattn::Backend::kCudaSm80;
+  const flashattn::Status st = flashattn::forward(p, launch);
+  if (!st.ok()) {
+    if (message_bytes > 0) {
+      std::strncpy(message, st.message.c_str(), message_bytes - 1);
+      message[message_bytes - 1] = '\0';
+    }
+    return static_cast<int>(st.code);
+  }
+  return 0;
+}
+
 namespace {
 flashattn::BackwardParams backward_params(const void* q, const void* k, const void* v, const void* o, const void* d_o,
                                           const float* lse, void* dq, void* dk, void* dv, int dtype, int64_t batch,
