@@ -2,8 +2,9 @@
 # The Python package on a GPU machine (an H200 here, no internet; torch, transformers, nanobind and
 # scikit-build-core already installed): builds flashattn with CUDA into a target folder (pip, no
 # build isolation, no downloads), runs pytest on tests/python file by file (the CUDA tests included:
-# test_torch_cuda.py, test_llama_cuda.py, the CuPy test), then tools/gpu/python_overhead.py, and prints
-# a short table last. Exits non-zero when the build, a test file or the overhead bar fails.
+# test_torch_cuda.py, test_llama_cuda.py, the CuPy test), then tools/gpu/python_overhead.py and
+# tools/gpu/bench_deterministic.py, and prints a short table last. Exits non-zero when the build, a
+# test file, the overhead bar or the deterministic backward's same-bits check fails.
 #
 #   FLASHATTN_CUDA_HEAD_DIMS  head dims to build (default "64;128": a short build; the test shapes with
 #                             other head dims are deselected). "64;96;128;192;256" builds them all.
@@ -74,6 +75,15 @@ done
 grep -ho "logits: flashattn.*\|losses {.*\|cached decoding logits.*" "$LOGS"/pytest_test_llama_cuda.log 2>/dev/null || true
 
 [[ $orc == skipped ]] && overhead
+
+step "deterministic backward: speed and same bits (tools/gpu/bench_deterministic.py)"
+dims=""
+for d in 64 128 256; do [[ ";$HEAD_DIMS;" == *";$d;"* ]] && dims+="${dims:+,}$d"; done
+set +e
+timeout 200 python3 tools/gpu/bench_deterministic.py --dims "$dims" 2>&1 | tee "$LOGS/deterministic.log"
+drc=${PIPESTATUS[0]}
+set -e
+[[ $drc == 0 ]] || status=1
 
 step "summary"
 echo "  build ($HEAD_DIMS, $GENCODE): $build_s s"
