@@ -52,8 +52,17 @@ enum { FA_DTYPE_FLOAT32 = 0, FA_DTYPE_FLOAT16 = 1, FA_DTYPE_BFLOAT16 = 2 };
 enum { FA_ALIGN_BOTTOM_RIGHT = 0, FA_ALIGN_TOP_LEFT = 1 };
 
 /* FA_BACKEND_AUTO picks the fastest backend that supports the problem (the GPU when q is device
- * memory in a CUDA build). FA_BACKEND_CUDA_SM80: tensor-core kernels for compute capability >= 8.0. */
-enum { FA_BACKEND_AUTO = 0, FA_BACKEND_CPU = 1, FA_BACKEND_REFERENCE = 2, FA_BACKEND_STANDARD = 3, FA_BACKEND_CUDA_SM80 = 4 };
+ * memory in a CUDA build). FA_BACKEND_CUDA_SM80: tensor-core kernels for compute capability >= 8.0.
+ * FA_BACKEND_CUDA_SM90: the Hopper forward (compute capability 9.0; no backward), which AUTO picks
+ * on sm_90 for the problems it takes. */
+enum {
+  FA_BACKEND_AUTO = 0,
+  FA_BACKEND_CPU = 1,
+  FA_BACKEND_REFERENCE = 2,
+  FA_BACKEND_STANDARD = 3,
+  FA_BACKEND_CUDA_SM80 = 4,
+  FA_BACKEND_CUDA_SM90 = 5
+};
 
 /* A strided [batch, seqlen, heads, dim] view; strides in elements; dim is contiguous. */
 typedef struct fa_const_tensor {

@@ -48,7 +48,10 @@ enum class Alignment : int32_t { kBottomRight = 0, kTopLeft = 1 };
 // forward with every option, backward with a subset: see README). Its backward accumulates dQ with
 // fp32 atomics by default, so dQ may differ in the last bits between runs (dK and dV do not);
 // BackwardParams::deterministic computes dQ without atomics, bit-identical from run to run.
-enum class Backend : int32_t { kAuto = 0, kCpu = 1, kReference = 2, kStandard = 3, kCudaSm80 = 4 };
+// kCudaSm90: the Hopper forward (compute capability 9.0; TMA, wgmma, warp-specialised) for the
+// problems it takes (see README); kAuto picks it on sm_90 when it does, else kCudaSm80. It has no
+// backward: backward() with kCudaSm90 is refused, and kAuto's backward is kCudaSm80's.
+enum class Backend : int32_t { kAuto = 0, kCpu = 1, kReference = 2, kStandard = 3, kCudaSm80 = 4, kCudaSm90 = 5 };
 
 enum class StatusCode : int32_t {
   kOk = 0,

@@ -50,7 +50,8 @@ def attention(q, k, v, *, scale=None, causal=False, causal_alignment="bottom_rig
               alibi_slopes=None, bias=None, mask=None, return_lse=False, backend="auto", deterministic=False):
     """Attention forward. Returns out [batch, seqlen_q, heads, head_dim_v], or (out, lse) with
     return_lse=True, lse float32 [batch, heads, seqlen_q] (natural log). ``backend`` ("auto", "cpu",
-    "reference", "standard", "cuda-sm80") picks the implementation; results agree within rounding.
+    "reference", "standard", "cuda-sm80", "cuda-sm90") picks the implementation; results agree within
+    rounding (auto on device arrays: the Hopper forward where it takes the problem, else sm80).
     ``deterministic`` is for torch autograd's backward of this call (arrays without autograd: unused)."""
     if _core.is_torch(q):
         return _torch().attention(q, k, v, scale=scale, causal=causal, causal_alignment=causal_alignment,

@@ -316,15 +316,20 @@ bool fill_attention(fa::AttentionParams& p, const View& q, const View& k, const 
   return varlen;
 }
 
+bool gpu_backend(fa::Backend b) { return b == fa::Backend::kCudaSm80 || b == fa::Backend::kCudaSm90; }
+
 fa::Launch make_launch(const View& q, int backend, uintptr_t stream, const View& workspace, int num_threads) {
   fa::Launch l;
   l.backend = static_cast<fa::Backend>(backend);
-  if (l.backend == fa::Backend::kAuto)  // pick by where q lives; never hand device memory to a CPU backend
-    l.backend = host_readable(q.device_type) ? fa::Backend::kCpu : fa::Backend::kCudaSm80;
-  else if (!host_readable(q.device_type) && l.backend != fa::Backend::kCudaSm80)
+  // Host arrays never reach a GPU backend, nor device arrays a CPU one; kAuto on device arrays stays
+  // kAuto, so the library's selection picks the fastest GPU path that takes the problem.
+  const bool on_host = host_readable(q.device_type);
+  if (l.backend == fa::Backend::kAuto && on_host)
+    l.backend = fa::Backend::kCpu;
+  else if (!on_host && l.backend != fa::Backend::kAuto && !gpu_backend(l.backend))
     value_error(std::string("backend: ") + fa::to_string(l.backend) + " runs on the CPU, but q is on " + device_str(q));
-  else if (host_readable(q.device_type) && l.backend == fa::Backend::kCudaSm80)
-    value_error("backend: cuda-sm80 needs arrays on a CUDA device, but q is on the CPU");
+  else if (on_host && gpu_backend(l.backend))
+    value_error(std::string("backend: ") + fa::to_string(l.backend) + " needs arrays on a CUDA device, but q is on the CPU");
   l.num_threads = num_threads;
   l.stream = reinterpret_cast<void*>(stream);
   if (workspace.present) {
@@ -347,7 +352,7 @@ int64_t run(const Params& p, const fa::Launch& l, SizeFn size_fn, RunFn run_fn) 
     nb::gil_scoped_release release;
     s = run_fn(p, l);
   }
-  if (!s && l.backend == fa::Backend::kCudaSm80) {
+  if (!s && (gpu_backend(l.backend) || l.backend == fa::Backend::kAuto)) {  // kAuto here: device arrays
     size_t need = 0;
     if (size_fn(p, l, &need) && need > 0 && (l.workspace == nullptr || l.workspace_bytes < need))
       return static_cast<int64_t>(need);
@@ -566,7 +571,7 @@ NB_MODULE(_ext, m) {
         nb::arg("workspace").none(), nb::arg("num_threads"), nb::arg("bf16_as_u16"), nb::arg("deterministic"),
         "backward(...) -> int: writes dq, dk, dv; returns 0 or the device workspace bytes needed (see forward). "
         "deterministic: dq bit-identical across runs on the GPU (BackwardParams::deterministic).");
-  m.attr("BACKENDS") = nb::make_tuple("auto", "cpu", "reference", "standard", "cuda-sm80");
+  m.attr("BACKENDS") = nb::make_tuple("auto", "cpu", "reference", "standard", "cuda-sm80", "cuda-sm90");
 #ifdef FLASHATTN_PY_CUDA
   m.attr("HAS_CUDA") = true;
 #else

@@ -31,6 +31,7 @@ static_assert(FA_BACKEND_CPU == static_cast<int32_t>(Backend::kCpu));
 static_assert(FA_BACKEND_REFERENCE == static_cast<int32_t>(Backend::kReference));
 static_assert(FA_BACKEND_STANDARD == static_cast<int32_t>(Backend::kStandard));
 static_assert(FA_BACKEND_CUDA_SM80 == static_cast<int32_t>(Backend::kCudaSm80));
+static_assert(FA_BACKEND_CUDA_SM90 == static_cast<int32_t>(Backend::kCudaSm90));
 static_assert(sizeof(int) == sizeof(int32_t), "Launch::num_threads travels as int32_t");
 
 // struct_size values this library reads, one per C ABI version. Layout changes only ever append

@@ -34,6 +34,7 @@ template <void (*F)(const BackwardParams&, void*, int)>
 void run_cpu(const BackwardParams& p, void* ws, int threads, void*) { F(p, ws, threads); }
 #ifdef FLASHATTN_WITH_CUDA
 void run_cuda_sm80_forward(const ForwardParams& p, void* ws, int, void* stream) { cuda_sm80_forward(p, ws, stream); }
+void run_cuda_sm90_forward(const ForwardParams& p, void* ws, int, void* stream) { cuda_sm90_forward(p, ws, stream); }
 void run_cuda_sm80_backward(const BackwardParams& p, void* ws, int, void* stream) { cuda_sm80_backward(p, ws, stream); }
 #endif
 
@@ -48,7 +49,8 @@ Status check_head_dims(const AttentionParams& p, Backend b, int64_t max_dim) {
   return {};
 }
 
-// kAuto: the GPU path when the data lives on the GPU (CUDA builds), else the CPU flash backend.
+// kAuto: the GPU path when the data lives on the GPU (CUDA builds), else the CPU flash backend. For
+// device data this says kCudaSm80; select_forward() then takes kCudaSm90 where it supports the problem.
 Backend resolve_backend(Backend requested, const AttentionParams& p) {
   if (requested != Backend::kAuto) return requested;
 #ifdef FLASHATTN_WITH_CUDA
@@ -89,11 +91,19 @@ void* align_up(void* p) {
 Plan<ForwardParams> select_forward(const ForwardParams& p, const Launch& launch) {
   Plan<ForwardParams> plan;
   if ((plan.status = validate_launch(launch)); !plan.status) return plan;
-  const Backend b = resolve_backend(launch.backend, p);
-  if (b == Backend::kCudaSm80) {
+  Backend b = resolve_backend(launch.backend, p);
+  if (b == Backend::kCudaSm80 || b == Backend::kCudaSm90) {
 #ifdef FLASHATTN_WITH_CUDA
     plan.device = true;
     if ((plan.status = validate_forward(p, /*host_cu_seqlens=*/false)); !plan.status) return plan;
+    // kAuto on device data: the Hopper kernel where it takes the problem, else the sm80 one.
+    if (launch.backend == Backend::kAuto && cuda_sm90_forward_supported(p)) b = Backend::kCudaSm90;
+    if (b == Backend::kCudaSm90) {
+      if ((plan.status = cuda_sm90_forward_supported(p)); !plan.status) return plan;
+      plan.run = run_cuda_sm90_forward;
+      plan.workspace_bytes = with_slack(cuda_sm90_forward_workspace(p));
+      return plan;
+    }
     if ((plan.status = cuda_sm80_forward_supported(p)); !plan.status) return plan;
     plan.run = run_cuda_sm80_forward;
     plan.workspace_bytes = with_slack(cuda_sm80_forward_workspace(p));
@@ -124,6 +134,10 @@ Plan<BackwardParams> select_backward(const BackwardParams& p, const Launch& laun
   Plan<BackwardParams> plan;
   if ((plan.status = validate_launch(launch)); !plan.status) return plan;
   const Backend b = resolve_backend(launch.backend, p);
+  if (b == Backend::kCudaSm90) {
+    plan.status = not_supported("launch.backend: cuda-sm90 has no backward (use cuda-sm80 or auto)");
+    return plan;
+  }
   if (b == Backend::kCudaSm80) {
 #ifdef FLASHATTN_WITH_CUDA
     plan.device = true;
@@ -219,6 +233,7 @@ const char* to_string(Backend b) {
     case Backend::kReference: return "reference";
     case Backend::kStandard: return "standard";
     case Backend::kCudaSm80: return "cuda-sm80";
+    case Backend::kCudaSm90: return "cuda-sm90";
   }
   return "unknown";
 }

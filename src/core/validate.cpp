@@ -203,7 +203,8 @@ Status validate_backward(const BackwardParams& p, bool host_cu_seqlens) {
 Status validate_launch(const Launch& launch) {
   switch (launch.backend) {
     case Backend::kAuto: case Backend::kCpu: case Backend::kReference: case Backend::kStandard:
-    case Backend::kCudaSm80: break;
+    case Backend::kCudaSm80:
+    case Backend::kCudaSm90: break;
     default: return invalid("launch.backend: unknown backend value " + str(static_cast<int>(launch.backend)));
   }
   if (launch.num_threads < 0)

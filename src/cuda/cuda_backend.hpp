@@ -23,6 +23,17 @@ size_t cuda_sm80_forward_workspace(const ForwardParams& p);
 // stream: a cudaStream_t. Launch errors are reported by the next CUDA call on the stream.
 void cuda_sm80_forward(const ForwardParams& p, void* workspace, void* stream);
 
+// The Hopper forward (compute capability 9.0, sm_90a code): FlashAttention-3's warp-specialised
+// design on TMA, mbarrier pipelines and wgmma (cuda/sm90/). fp16/bf16, head_dim_v == head_dim,
+// multiples of 8 up to the largest sm90 instantiation (64/96/128/192/256 built; others run on the
+// next), causal in both alignments, sliding window, softcap, GQA/MQA, LSE. Refuses (naming it)
+// what it does not take: other devices, builds without sm_90a, varlen, ALiBi, bias, mask, strides
+// that TMA cannot take (16-byte multiples). kAuto's forward asks it first on device data.
+Status cuda_sm90_forward_supported(const ForwardParams& p);
+size_t cuda_sm90_forward_workspace(const ForwardParams& p);
+// stream: a cudaStream_t. Launch errors are reported by the next CUDA call on the stream.
+void cuda_sm90_forward(const ForwardParams& p, void* workspace, void* stream);
+
 // FlashAttention-2 backward on mma.sync (compute capability 8.0 and later): fp16/bf16, head_dim_v
 // == head_dim, multiples of 8 up to the largest backward instantiation (256 in a full build; d = 256
 // needs the 209 KB of shared memory per block of sm_90-class devices), causal in both alignments,

@@ -388,7 +388,7 @@ TEST_P(Errors, NonFiniteScale) {
 }
 
 TEST_P(Errors, BadBackendEnum) {
-  for (int32_t b : {-1, 5, 1000}) {
+  for (int32_t b : {-1, 6, 1000}) {
     SCOPED_TRACE("backend " + std::to_string(b));
     expect_invalid([b](auto&, Launch& l) { l.backend = static_cast<Backend>(b); }, "launch.backend");
   }

@@ -16,14 +16,17 @@ TEST(Selection, GpuBackendOnHostDataIsRefused) {
   c.dtype = DType::kBFloat16;
   Problem p = make_problem(c, fresh_seed("Selection.GpuBackendOnHostDataIsRefused"));
   const std::vector<float> before = p.o.storage;
-  flashattn::Launch launch;
-  launch.backend = Backend::kCudaSm80;
-  const flashattn::Status s = flashattn::forward(p.forward_params(), launch);
-  EXPECT_EQ(s.code, flashattn::StatusCode::kNotSupported) << s.message;
-  EXPECT_FALSE(s.message.empty());
-  EXPECT_EQ(0, std::memcmp(before.data(), p.o.storage.data(), before.size() * sizeof(float)))
-      << "a refused call wrote the output";
-  EXPECT_TRUE(std::all_of(p.lse.begin(), p.lse.end(), [](float x) { return std::isnan(x); }));
+  for (Backend b : {Backend::kCudaSm80, Backend::kCudaSm90}) {
+    SCOPED_TRACE(flashattn::to_string(b));
+    flashattn::Launch launch;
+    launch.backend = b;
+    const flashattn::Status s = flashattn::forward(p.forward_params(), launch);
+    EXPECT_EQ(s.code, flashattn::StatusCode::kNotSupported) << s.message;
+    EXPECT_FALSE(s.message.empty());
+    EXPECT_EQ(0, std::memcmp(before.data(), p.o.storage.data(), before.size() * sizeof(float)))
+        << "a refused call wrote the output";
+    EXPECT_TRUE(std::all_of(p.lse.begin(), p.lse.end(), [](float x) { return std::isnan(x); }));
+  }
 }
 
 TEST(Selection, AutoOnHostDataMatchesCpuBitForBit) {

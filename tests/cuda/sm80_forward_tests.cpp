@@ -450,8 +450,10 @@ Reference reference(const Problem& pb, const ForwardParams& p) {
 void run(Problem& pb, std::vector<float>* lse_out) {
   pb.poison();
   const ForwardParams p = pb.params();
-  // Through the public selection point: kAuto must pick the GPU path for device pointers.
-  const flashattn::Launch launch;
+  // Through the public selection point, with the sm80 path asked for by name (kAuto takes the Hopper
+  // forward on sm_90 where it can; tests/cuda/sm90_forward_tests.cpp checks what kAuto picks).
+  flashattn::Launch launch;
+  launch.backend = flashattn::Backend::kCudaSm80;
   size_t workspace = 1;
   ASSERT_TRUE(flashattn::forward_workspace_size(p, launch, &workspace).ok());
   ASSERT_EQ(workspace, 0u);

@@ -23,6 +23,7 @@ struct KernelChoice {
 inline constexpr KernelChoice kGpuKernels[] = {
     {"auto", flashattn::Backend::kAuto},
     {"sm80", flashattn::Backend::kCudaSm80},
+    {"sm90", flashattn::Backend::kCudaSm90},
 };
 const char* kernel_name(flashattn::Backend backend);
 

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 DTYPES = {torch.float16: 1, torch.bfloat16: 2}
+SM80, SM90 = 4, 5  # flashattn::Backend values of the two forwards
 
 
 class Ours:
@@ -29,7 +30,7 @@ class Ours:
         self.lib = ctypes.CDLL(path)
         f = self.lib.flashattn_shim_forward
         i64 = ctypes.c_int64
-        f.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] + [i64] * 6 + [ctypes.c_int, ctypes.c_int,
+        f.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] + [i64] * 6 + [ctypes.c_int, ctypes.c_int, ctypes.c_int,
                                                                               ctypes.c_void_p, ctypes.c_char_p,
                                                                               ctypes.c_int]
         f.restype = ctypes.c_int
@@ -70,12 +71,13 @@ class Ours:
             raise RuntimeError(self.msg.value.decode())
         return nbytes.value
 
-    def __call__(self, q, k, v, o, lse, causal, top_left=False):
+    def __call__(self, q, k, v, o, lse, causal, top_left=False, backend=SM80):
         b, sq, hq, d = q.shape
         sk, hkv = k.shape[1], k.shape[2]
         rc = self.lib.flashattn_shim_forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
                                              lse.data_ptr() if lse is not None else None, DTYPES[q.dtype], b, sq,
-                                             sk, hq, hkv, d, int(causal), int(top_left), None, self.msg, 512)
+                                             sk, hq, hkv, d, int(causal), int(top_left), backend, None, self.msg,
+                                             512)
         if rc != 0:
             raise RuntimeError(self.msg.value.decode())
 
@@ -209,6 +211,17 @@ def main():
                 torch.cuda.synchronize()
                 ms = time_ms(lambda: ours(q, k, v, o, lse, causal))
                 row["ours_ms"], row["ours_tflops"] = ms, flops / ms / 1e9
+                # The Hopper forward on the same inputs (refused off sm_90 or for shapes it does not take).
+                o90, lse90 = torch.full_like(q, float("nan")), torch.empty_like(lse)
+                try:
+                    ours(q, k, v, o90, lse90, causal, backend=SM90)
+                    torch.cuda.synchronize()
+                    ms = time_ms(lambda: ours(q, k, v, o90, lse90, causal, backend=SM90))
+                    row["sm90_ms"], row["sm90_tflops"] = ms, flops / ms / 1e9
+                    row["max_abs_diff_sm90_vs_sm80"] = (o90.float() - o.float()).abs().max().item()
+                except RuntimeError as e:
+                    row["sm90_error"] = str(e)[:120]
+                del o90, lse90
                 # SDPA takes [b, h, n, d]: views of the same [b, n, h, d] storage. Its causal is top-left,
                 # the same as ours for n_q == n_k.
                 qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
@@ -251,15 +264,21 @@ def main():
             json.dump({"grid": rows, "options": options} if options is not None else rows, f, indent=1)
     # The short table, last.
     print()
-    header = f"{'d':>4} {'n':>6} {'causal':>6} {'ours':>7}" + "".join(f" {x:>9}" for x in names) + \
-        f" {'ours/flash':>10} {'maxdiff':>8}"
-    print("forward TFLOP/s, " + args.dtype + ", 16k tokens, hidden 2048")
+    # ours = the sm80 forward, sm90 = the Hopper forward (cuda-sm90; '-' where it refused the shape).
+    header = f"{'d':>4} {'n':>6} {'causal':>6} {'ours':>7} {'sm90':>7}" + "".join(f" {x:>9}" for x in names) + \
+        f" {'ours/flash':>10} {'sm90/cudnn':>10} {'sm90/flash':>10} {'maxdiff':>8} {'sm90diff':>8}"
+    print("forward TFLOP/s, " + args.dtype + ", 16k tokens, hidden 2048 (ours: sm80; sm90: the Hopper forward)")
     print(header)
+    nan = float("nan")
     for r in rows:
         cells = "".join(f" {r[x + '_tflops']:9.1f}" if x + "_tflops" in r else f" {'-':>9}" for x in names)
-        ratio = r["ours_tflops"] / r["flash_tflops"] if "flash_tflops" in r else float("nan")
-        print(f"{r['d']:>4} {r['n']:>6} {str(r['causal']):>6} {r['ours_tflops']:7.1f}{cells} {ratio:10.2f} "
-              f"{r.get('max_abs_diff_vs_flash', float('nan')):8.1e}")
+        sm90 = f"{r['sm90_tflops']:7.1f}" if "sm90_tflops" in r else f"{'-':>7}"
+        ratio = r["ours_tflops"] / r["flash_tflops"] if "flash_tflops" in r else nan
+        sm90_cudnn = r["sm90_tflops"] / r["cudnn_tflops"] if "sm90_tflops" in r and "cudnn_tflops" in r else nan
+        sm90_flash = r["sm90_tflops"] / r["flash_tflops"] if "sm90_tflops" in r and "flash_tflops" in r else nan
+        print(f"{r['d']:>4} {r['n']:>6} {str(r['causal']):>6} {r['ours_tflops']:7.1f} {sm90}{cells} {ratio:10.2f} "
+              f"{sm90_cudnn:10.2f} {sm90_flash:10.2f} {r.get('max_abs_diff_vs_flash', nan):8.1e} "
+              f"{r.get('max_abs_diff_sm90_vs_sm80', nan):8.1e}")
     return 0
 
 

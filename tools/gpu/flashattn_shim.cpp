@@ -1,6 +1,7 @@
-// A C entry point over the public forward (backend cuda-sm80) for ctypes (tools/gpu/bench_sdpa.py): contiguous
+// A C entry point over the public forward for ctypes (tools/gpu/bench_sdpa.py): contiguous
 // [batch, seqlen, heads, head_dim] device tensors, as torch lays them out before the transpose
-// that SDPA takes. Returns 0 on success, else the StatusCode (the message goes to `message`).
+// that SDPA takes; `backend` is a flashattn::Backend value (4 cuda-sm80, 5 cuda-sm90). Returns 0
+// on success, else the StatusCode (the message goes to `message`).
 #include <cstdint>
 #include <cstring>
 
@@ -8,8 +9,8 @@
 
 extern "C" int flashattn_shim_forward(const void* q, const void* k, const void* v, void* o, float* lse, int dtype,
                                       int64_t batch, int64_t seqlen_q, int64_t seqlen_k, int64_t heads_q,
-                                      int64_t heads_kv, int64_t head_dim, int causal, int top_left, void* stream,
-                                      char* message, int message_bytes) {
+                                      int64_t heads_kv, int64_t head_dim, int causal, int top_left, int backend,
+                                      void* stream, char* message, int message_bytes) {
   flashattn::ForwardParams p;
   p.dtype = static_cast<flashattn::DType>(dtype);
   p.batch = batch;
@@ -29,7 +30,7 @@ extern "C" int flashattn_shim_forward(const void* q, const void* k, const void* 
   p.lse_batch_stride = heads_q * seqlen_q;
   p.lse_head_stride = seqlen_q;
   flashattn::Launch launch;
-  launch.backend = flashattn::Backend::kCudaSm80;
+  launch.backend = static_cast<flashattn::Backend>(backend);
   launch.stream = stream;
   const flashattn::Status st = flashattn::forward(p, launch);
   if (!st.ok()) {

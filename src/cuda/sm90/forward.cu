@@ -1,0 +1,164 @@
+// Host side of the Hopper forward: the selection shared by supported(), workspace() and run(), and
+// the translation of ForwardParams into the kernel's params (tensor maps included). What this path
+// does not take is refused with the reason, and kAuto then runs the sm80 path.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "core/problem.hpp"
+#include "cuda/cuda_backend.hpp"
+#include "cuda/host_checks.hpp"
+#include "cuda/primitives/sm90/tma.cuh"
+#include "cuda/primitives/math.cuh"  // kLog2e
+#include "cuda/sm90/kernel_params.hpp"
+#include "cuda/sm90/launch_forward.hpp"
+#include "cuda/sm90/policy.hpp"
+
+namespace flashattn::detail {
+namespace {
+
+using sm90::ForwardKernelParams;
+using sm90::ForwardTiles;
+
+struct Instance {
+  int head_dim;
+  DType dtype;
+  cudaError_t (*launch)(const ForwardKernelParams&, int, int, cudaStream_t);
+};
+
+// The built instantiations, then a sentinel so that a build without sm_90a still has a table;
+// kBuilt counts the real ones.
+constexpr Instance kInstances[] = {
+#define FLASHATTN_SM90_FORWARD_INSTANCE(HEAD_DIM, DTYPE) {HEAD_DIM, DTYPE, &sm90::launch_forward<HEAD_DIM, DTYPE>},
+#include "cuda/sm90/instantiations/forward_list.inc"
+#undef FLASHATTN_SM90_FORWARD_INSTANCE
+    {0, DType::kFloat32, nullptr},
+};
+
+Status not_supported(std::string what) {
+  return {StatusCode::kNotSupported, "cuda sm90 forward: " + std::move(what)};
+}
+
+constexpr int kBuilt = static_cast<int>(sizeof(kInstances) / sizeof(kInstances[0])) - 1;
+bool any_built() { return kBuilt > 0; }
+
+// The instantiation that serves p: of p's dtype, the smallest head dim at least p's (zero padding
+// serves the rest). Null when none.
+const Instance* pick_instance(const ForwardParams& p) {
+  const Dims d = resolve_dims(p);
+  const Instance* best = nullptr;
+  for (int i = 0; i < kBuilt; ++i)
+    if (kInstances[i].dtype == p.dtype && kInstances[i].head_dim >= d.head_dim &&
+        (best == nullptr || kInstances[i].head_dim < best->head_dim))
+      best = &kInstances[i];
+  return best;
+}
+
+int largest_head_dim(DType dtype) {
+  int largest = 0;
+  for (int i = 0; i < kBuilt; ++i)
+    if (kInstances[i].dtype == dtype && kInstances[i].head_dim > largest) largest = kInstances[i].head_dim;
+  return largest;
+}
+
+// The kernel params; the tensor maps' boxes follow the instantiation's tile shape. A map that TMA
+// cannot describe (strides not multiples of 16 bytes, sizes out of range) gives a status naming
+// the tensor and the field.
+Status kernel_params(const ForwardParams& p, const Instance& inst, ForwardKernelParams* k) {
+  const Dims d = resolve_dims(p);
+  const ForwardTiles tiles = sm90::forward_tiles(inst.head_dim);
+  *k = ForwardKernelParams{};
+  const struct {
+    CUtensorMap* map;
+    const ConstTensor& t;
+    int64_t seqlen, heads;
+    int box_rows;
+    const char* name;
+  } maps[] = {{&k->q_map, p.q, d.seqlen_q, d.heads_q, tiles.block_m(), "q"},
+              {&k->k_map, p.k, d.seqlen_k, d.heads_kv, tiles.block_n, "k"},
+              {&k->v_map, p.v, d.seqlen_k, d.heads_kv, tiles.block_n, "v"}};
+  for (const auto& m : maps) {
+    const Status s = cuda::sm90::make_attention_tensor_map(m.map, p.dtype, m.t.data, d.batch, m.seqlen, m.heads,
+                                                           d.head_dim, m.t.batch_stride, m.t.row_stride,
+                                                           m.t.head_stride, m.box_rows);
+    if (!s) return {s.code, std::string(m.name) + ": " + s.message};
+  }
+  k->o = p.o.data;
+  k->maybe_lse = p.maybe_lse;
+  k->o_batch_stride = p.o.batch_stride, k->o_row_stride = p.o.row_stride, k->o_head_stride = p.o.head_stride;
+  k->lse_batch_stride = p.lse_batch_stride;
+  k->lse_head_stride = p.lse_head_stride;
+  k->seqlen_q = static_cast<int>(d.seqlen_q);
+  k->seqlen_k = static_cast<int>(d.seqlen_k);
+  k->group = static_cast<int>(d.group);
+  k->head_dim = static_cast<int>(d.head_dim);
+  k->scale = d.scale;
+  k->scale_log2 = d.scale * cuda::kLog2e;
+  const cuda_host::KernelBand band = cuda_host::kernel_band(p, d);
+  k->bottom_right = band.bottom_right;
+  k->window_left = band.window_left;
+  k->window_right = band.window_right;
+  k->softcap = p.softcap;
+  return {};
+}
+
+}  // namespace
+
+Status cuda_sm90_forward_supported(const ForwardParams& p) {
+  if (!any_built()) return not_supported("not built for sm_90a (FLASHATTN_CUDA_GENCODE has no sm_90a target)");
+  if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16)
+    return not_supported("dtype fp32 (takes fp16 and bf16)");
+  const Dims d = resolve_dims(p);
+  if (d.head_dim_v != d.head_dim)
+    return not_supported("head_dim_v " + std::to_string(d.head_dim_v) + " != head_dim " + std::to_string(d.head_dim) +
+                         " (takes head_dim_v = head_dim)");
+  if (d.head_dim % 8 != 0)
+    return not_supported("head_dim " + std::to_string(d.head_dim) + " (takes multiples of 8)");
+  const Instance* inst = pick_instance(p);
+  if (inst == nullptr)
+    return not_supported("head_dim " + std::to_string(d.head_dim) + " (the largest built is " +
+                         std::to_string(largest_head_dim(p.dtype)) + ")");
+  if (d.varlen) return not_supported("maybe_cu_seqlens_q: variable-length batches (not yet on this path)");
+  if (p.maybe_alibi_slopes != nullptr) return not_supported("maybe_alibi_slopes: ALiBi (not on this path)");
+  if (p.maybe_bias.data != nullptr) return not_supported("maybe_bias: additive bias (not on this path)");
+  if (p.maybe_mask.data != nullptr) return not_supported("maybe_mask: boolean mask (not on this path)");
+  if (!(d.scale > 0.0f) || !std::isfinite(d.scale))
+    return not_supported("softmax_scale " + std::to_string(d.scale) + " (takes finite positive scales)");
+  if (const std::string limit = cuda_host::index_limits(d); !limit.empty()) return not_supported(limit);
+
+  cuda_host::Device device;
+  if (!cuda_host::current_device(&device)) return not_supported("no usable CUDA device");
+  if (device.major != 9 || device.minor != 0)
+    return not_supported("compute capability " + std::to_string(device.major) + "." + std::to_string(device.minor) +
+                         " (the sm_90a code runs on 9.0 only)");
+  const ForwardTiles tiles = sm90::forward_tiles(inst->head_dim);
+  if (device.smem_optin < tiles.smem_bytes())
+    return not_supported("head_dim " + std::to_string(d.head_dim) + " needs " + std::to_string(tiles.smem_bytes()) +
+                         " bytes of shared memory per block, the device has " + std::to_string(device.smem_optin));
+  if (const char* name = cuda_host::first_not_on_device(
+          {{p.q.data, "q"}, {p.k.data, "k"}, {p.v.data, "v"}, {p.o.data, "o"}, {p.maybe_lse, "maybe_lse"}},
+          device.index))
+    return not_supported(std::string(name) + " is not device memory of the current device");
+  const size_t elem = dtype_size(p.dtype);
+  const struct { ConstTensor t; const char* name; } tensors[] = {{p.q, "q"}, {p.k, "k"}, {p.v, "v"}, {p.o, "o"}};
+  for (const auto& t : tensors)
+    if (!cuda_host::aligned_16(t.t, /*varlen=*/false, elem))
+      return not_supported(std::string(t.name) + ": data and strides must be 16-byte aligned");
+  ForwardKernelParams k;
+  if (const Status s = kernel_params(p, *inst, &k); !s) return not_supported(s.message);
+  return {};
+}
+
+size_t cuda_sm90_forward_workspace(const ForwardParams&) { return 0; }
+
+void cuda_sm90_forward(const ForwardParams& p, void* /*workspace*/, void* stream) {
+  const Instance* inst = pick_instance(p);
+  if (inst == nullptr || p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return;  // nothing to launch
+  ForwardKernelParams k;
+  if (!kernel_params(p, *inst, &k)) return;  // supported() encoded the same maps already
+  inst->launch(k, static_cast<int>(p.batch), static_cast<int>(p.heads_q), static_cast<cudaStream_t>(stream));
+}
+
+}  // namespace flashattn::detail

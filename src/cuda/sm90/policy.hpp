@@ -1,0 +1,66 @@
+// Block shapes of the Hopper forward, one constexpr policy per head dim, read by the host (dispatch,
+// shared memory, grid) and the kernel alike. Changes speed only.
+//
+// One block = 1 producer warpgroup (TMA) + `consumers` consumer warpgroups of 64 query rows each
+// (the M of one wgmma), so Br = 64 consumers; Bc keys per K/V tile, `stages` K and V tiles each in
+// flight. Register budgets (setmaxnreg) move registers from the producer to the consumers; their
+// sum must fit the block's allocation at launch (65536 / threads per thread, one block per SM).
+#pragma once
+
+namespace flashattn::detail::sm90 {
+
+struct ForwardTiles {
+  int head_dim;    // of q, k, v, o: the instantiation serves every multiple of 8 up to this
+  int consumers;   // consumer warpgroups
+  int block_n;     // Bc
+  int stages;      // K tiles and V tiles in flight
+  int producer_registers, consumer_registers;
+
+  static constexpr int kWarpgroupThreads = 128;
+  static constexpr int kRowsPerConsumer = 64;
+  static constexpr int kAlignment = 1024;  // of every swizzled tile (sw128_tile.cuh)
+  static constexpr int padded(int dim) { return (dim + 63) / 64 * 64; }
+
+  constexpr int block_m() const { return kRowsPerConsumer * consumers; }  // Br
+  constexpr int threads() const { return (1 + consumers) * kWarpgroupThreads; }
+  // Registers per thread at launch: what the register file gives each of `threads` threads,
+  // rounded down to the allocation granule of 8.
+  constexpr int launch_registers() const { return 65536 / threads() / 8 * 8; }
+  constexpr int q_bytes() const { return block_m() * padded(head_dim) * 2; }
+  constexpr int kv_tile_bytes() const { return block_n * padded(head_dim) * 2; }
+  // Q, then `stages` K tiles, then `stages` V tiles, plus the slack to align the base to 1024.
+  constexpr int smem_bytes() const { return q_bytes() + 2 * stages * kv_tile_bytes() + kAlignment; }
+};
+
+// From the design note (docs/hopper_forward.md): d = 64 takes three consumers (the softmax is a
+// larger share of the work); above d = 128 the O accumulators (d / 2 registers per thread) leave
+// room only for narrower S tiles, and Bc shrinks to keep shared memory within 227 KB.
+constexpr ForwardTiles forward_tiles(int head_dim) {
+  switch (head_dim) {
+    //               d  consumers  Bc stages registers (producer, consumer)
+    case 64: return {64, 3, 128, 2, 32, 160};
+    case 96: return {96, 2, 128, 2, 40, 232};
+    case 128: return {128, 2, 128, 2, 40, 232};
+    case 192: return {192, 2, 96, 2, 40, 232};
+    case 256: return {256, 2, 80, 2, 40, 232};
+    default: return {0, 0, 0, 0, 0, 0};
+  }
+}
+
+inline constexpr int kMaxSmemBytes = 227 * 1024;  // opt-in shared memory per block on sm_90
+
+template <int kHeadDim>
+struct ForwardPolicy {
+  static constexpr ForwardTiles kTiles = forward_tiles(kHeadDim);
+  static_assert(kTiles.head_dim == kHeadDim, "no sm90 tile policy for this head dim");
+  static_assert(kHeadDim % 16 == 0, "Q K^T consumes the head dim 16 at a time");
+  static_assert(kTiles.block_n % 16 == 0 && kTiles.block_n <= 256, "P V consumes keys 16 at a time; wgmma N <= 256");
+  static_assert(kTiles.block_m() <= 256, "one TMA box holds the Q tile (at most 256 rows)");
+  static_assert(kTiles.stages >= 2, "the K/V pipeline needs two stages to overlap loads with compute");
+  static_assert(kTiles.smem_bytes() <= kMaxSmemBytes, "shared memory per block");
+  static_assert(kTiles.producer_registers + kTiles.consumers * kTiles.consumer_registers <=
+                    (1 + kTiles.consumers) * kTiles.launch_registers(),
+                "setmaxnreg budgets exceed the block's register allocation");
+};
+
+}  // namespace flashattn::detail::sm90

@@ -1,0 +1,101 @@
+// Online softmax of one consumer warpgroup's 64 query rows on the wgmma accumulator layout, in the
+// seeds' notation. Thread t (warp w, lane 4 g + q) holds rows 16 w + g (r = 0) and 16 w + g + 8
+// (r = 1) of the slice; of each 8-column block j of a 64 x N accumulator tile it holds columns
+// 8 j + 2 q + e (e = 0, 1) at index 4 j + 2 r + e (wgmma.cuh). The four lanes of a quad share a
+// row: they combine their maxima every tile and their partial sums l once, at the end.
+//   m_new = max(m, rowmax(S)),  alpha = exp(scale (m - m_new)),  P = exp(scale (S - m_new)),
+//   l = alpha l + rowsum(P),    o = alpha o + P V,               O = o / l,  lse = scale m + log l
+// The scale is folded into exp2 (scale_log2 = scale log2 e). A row that has seen only masked keys
+// keeps m = -inf; its exponent base is then 0, so P = 0 and alpha = 0 instead of NaN, and it ends
+// with O = 0 and lse = -inf.
+#pragma once
+
+#include <cmath>
+
+#include "cuda/primitives/math.cuh"
+#include "cuda/sm80/mask.cuh"  // Band: the device twin of problem.hpp's visible_keys
+
+namespace flashattn::detail::sm90 {
+
+// Index of accumulator (block j, row half r, column e) of a 64 x N tile.
+__device__ __forceinline__ constexpr int acc_index(int j, int r, int e) { return 4 * j + 2 * r + e; }
+
+struct OnlineSoftmax {
+  float m[2];
+  float l[2];
+
+  __device__ __forceinline__ void init() {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      m[r] = -INFINITY;
+      l[r] = 0.0f;
+    }
+  }
+
+  // Turns the scores s of one K tile into unnormalised P (in place) and rescales o.
+  template <int kS, int kO>
+  __device__ __forceinline__ void update(float (&s)[kS], float (&o)[kO], float scale_log2) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float row_max = m[r];
+#pragma unroll
+      for (int j = 0; j < kS / 4; ++j) row_max = fmaxf(row_max, fmaxf(s[acc_index(j, r, 0)], s[acc_index(j, r, 1)]));
+      const float m_new = cuda::quad_max(row_max);
+      const float base = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
+      const float alpha = cuda::fast_exp2(m[r] * scale_log2 - base);
+      m[r] = m_new;
+      float row_sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kS / 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float p = cuda::fast_exp2(fmaf(s[acc_index(j, r, e)], scale_log2, -base));
+          s[acc_index(j, r, e)] = p;
+          row_sum += p;
+        }
+      l[r] = alpha * l[r] + row_sum;
+#pragma unroll
+      for (int j = 0; j < kO / 4; ++j) {
+        o[acc_index(j, r, 0)] *= alpha;
+        o[acc_index(j, r, 1)] *= alpha;
+      }
+    }
+  }
+
+  // Divides o by l; returns each row's natural-log lse (-inf for rows that saw no key). `scale`
+  // converts m to natural units (1 when the scores already are final logits).
+  template <int kO>
+  __device__ __forceinline__ void finalize(float (&o)[kO], float scale, float (&lse)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float sum = cuda::quad_sum(l[r]);
+      const float inv_l = sum > 0.0f ? 1.0f / sum : 0.0f;
+      lse[r] = sum > 0.0f ? m[r] * scale + logf(sum) : -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kO / 4; ++j) {
+        o[acc_index(j, r, 0)] *= inv_l;
+        o[acc_index(j, r, 1)] *= inv_l;
+      }
+    }
+  }
+};
+
+// Scores of keys outside the band become -inf: rows row0 (r = 0) and row0 + 8 (r = 1) of this
+// thread, keys from j0; used on the tiles that not every row of the block sees whole (the causal
+// diagonal, window edges, the end of the sequence).
+template <int kS>
+__device__ __forceinline__ void apply_band_mask(float (&s)[kS], const sm80::Band& band, int row0, int j0, int quad_lane) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const sm80::KeyRange keys = band.visible_keys(row0 + 8 * r);
+#pragma unroll
+    for (int j = 0; j < kS / 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int key = j0 + 8 * j + 2 * quad_lane + e;
+        if (key < keys.lo || key >= keys.hi) s[acc_index(j, r, e)] = -INFINITY;
+      }
+  }
+}
+
+}  // namespace flashattn::detail::sm90
