@@ -16,10 +16,12 @@ HEAD_DIM_PAIRS = [(d, d) for d in HEAD_DIMS] + [
     (192, 128),  # DeepSeek's MLA shape: V narrower than Q and K
     (64, 128),  # V wider than Q and K
 ]
-# Each needs a case in backward_tiled_tiles() and backward_dq_tiles() (sm80/backward_*policy.hpp),
-# and must be one of HEAD_DIMS
-# (CMake builds a backward file with the forward of its head dim).
+# Each needs a case in backward_tiles_plain() and backward_dq_tiles_plain()
+# (sm80/backward_*policy.hpp), and its Q head dim must be one of HEAD_DIMS (CMake builds a backward
+# file with the forward of its head dim). One file per (Q head dim, dtype) holds every V head dim
+# paired with it.
 BACKWARD_HEAD_DIMS = [64, 96, 128, 192, 256]
+BACKWARD_HEAD_DIM_PAIRS = [(d, d) for d in BACKWARD_HEAD_DIMS] + [(192, 128), (64, 128)]
 DTYPES = {"fp16": "DType::kFloat16", "bf16": "DType::kBFloat16"}
 
 OUT = pathlib.Path(__file__).resolve().parent / "sm80" / "instantiations"
@@ -64,14 +66,18 @@ def write_backward():
                 HEADER
                 + '#include "cuda/sm80/backward_launch.cuh"\n\n'
                 + "namespace flashattn::detail::sm80 {\n"
-                + f"template cudaError_t launch_backward<{d}, {dtype}>(const BackwardKernelParams&, cudaStream_t);\n"
+                + "".join(
+                    f"template cudaError_t launch_backward<{d}, {dv}, {dtype}>(const BackwardKernelParams&, cudaStream_t);\n"
+                    for pd, dv in BACKWARD_HEAD_DIM_PAIRS
+                    if pd == d
+                )
                 + "}  // namespace flashattn::detail::sm80\n"
             )
-    lines = [HEADER, "// FLASHATTN_SM80_BACKWARD_INSTANCE(head_dim, dtype) for each built instantiation.\n"]
-    for d in BACKWARD_HEAD_DIMS:
+    lines = [HEADER, "// FLASHATTN_SM80_BACKWARD_INSTANCE(head_dim, head_dim_v, dtype) for each built instantiation.\n"]
+    for d, dv in BACKWARD_HEAD_DIM_PAIRS:
         lines.append(f"#ifdef FLASHATTN_SM80_HDIM_{d}\n")
         for dtype in DTYPES.values():
-            lines.append(f"FLASHATTN_SM80_BACKWARD_INSTANCE({d}, {dtype})\n")
+            lines.append(f"FLASHATTN_SM80_BACKWARD_INSTANCE({d}, {dv}, {dtype})\n")
         lines.append("#endif\n")
     (OUT / "backward_list.inc").write_text("".join(lines))
 

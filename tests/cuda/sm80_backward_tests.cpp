@@ -7,6 +7,9 @@
 // Visibility from problem.hpp's visible_keys, the definition the kernel mirrors.
 // The deterministic mode (BackwardParams::deterministic: dQ in its own kernel, no atomics) passes
 // the same rule over the same kinds of case, and two of its runs give the same bytes.
+// Score modifiers (softcap, ALiBi, bias, mask) go through problem.hpp's ScoreMods::apply on the
+// host in both precisions, with the softcap's chain-rule factor 1 - tanh²; head_dim_v != head_dim
+// gives v, o, dO and dv their own width.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -15,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <string>
@@ -63,6 +67,14 @@ struct Case {
   std::vector<int32_t> varlen_q, varlen_k;  // non-empty: variable-length batch
   float scale = 0.0f;
   bool deterministic = false;
+  int64_t dv = 0;  // head_dim_v; 0: d
+  float softcap = 0.0f;
+  int alibi = 0;  // 0: none, 1: slopes [heads_q], 2: [batch, heads_q]
+  int bias = 0;   // 0: none, 1: [B, H, Sq, Sk], 2: [1, H, Sq, Sk] (batch stride 0), 3: [B, 1, 1, Sk]
+  DType bias_dtype = DType::kFloat32;
+  int mask = 0;  // 0: none, 1: random, 2: key padding [B, 1, 1, Sk], 3: block-sparse with masked rows
+
+  int64_t head_dim_v() const { return dv > 0 ? dv : d; }
 
   std::string name() const {
     std::ostringstream s;
@@ -74,6 +86,12 @@ struct Case {
     if (window_left >= 0 || window_right >= 0) s << "_win" << window_left << "_" << window_right;
     if (scale != 0.0f) s << "_scale" << static_cast<int>(scale * 100);
     if (deterministic) s << "_deterministic";
+    if (dv > 0) s << "_dv" << dv;
+    if (softcap != 0.0f) s << "_softcap" << softcap;
+    if (alibi != 0) s << (alibi == 1 ? "_alibiH" : "_alibiBH");
+    if (bias != 0)
+      s << "_bias" << bias << (bias_dtype == DType::kFloat32 ? "f32" : bias_dtype == DType::kFloat16 ? "f16" : "bf16");
+    if (mask != 0) s << (mask == 1 ? "_maskRandom" : mask == 2 ? "_maskKeys" : "_maskBlocks");
     return s.str();
   }
 };
@@ -124,6 +142,13 @@ struct Problem {
   float* lse_device = nullptr;
   std::vector<int32_t> cu_q, cu_k;
   int32_t *cu_q_device = nullptr, *cu_k_device = nullptr;
+  // Score modifiers: host copies (the reference reads them through problem.hpp) and device ones.
+  std::vector<float> host_slopes;
+  std::vector<uint8_t> host_bias, host_mask;  // bias: bytes of bias_dtype elements
+  float* slopes = nullptr;
+  void* bias = nullptr;
+  uint8_t* mask = nullptr;
+  int64_t bias_strides[3] = {0, 0, 0}, mask_strides[3] = {0, 0, 0};  // batch, head, row
 
   static int64_t sum(const std::vector<int32_t>& v) {
     int64_t s = 0;
@@ -136,8 +161,9 @@ struct Problem {
       : c(cs),
         total_q(cs.varlen_q.empty() ? cs.batch * cs.sq : sum(cs.varlen_q)),
         total_k(cs.varlen_q.empty() ? cs.batch * cs.sk : sum(cs.varlen_k)),
-        q(total_q, cs.hq, cs.d), k(total_k, cs.hkv, cs.d), v(total_k, cs.hkv, cs.d), o(total_q, cs.hq, cs.d),
-        d_o(total_q, cs.hq, cs.d), dq(total_q, cs.hq, cs.d), dk(total_k, cs.hkv, cs.d), dv(total_k, cs.hkv, cs.d) {
+        q(total_q, cs.hq, cs.d), k(total_k, cs.hkv, cs.d), v(total_k, cs.hkv, cs.head_dim_v()),
+        o(total_q, cs.hq, cs.head_dim_v()), d_o(total_q, cs.hq, cs.head_dim_v()), dq(total_q, cs.hq, cs.d),
+        dk(total_k, cs.hkv, cs.d), dv(total_k, cs.hkv, cs.head_dim_v()) {
     if (varlen()) {
       c.batch = static_cast<int64_t>(c.varlen_q.size());
       c.sq = *std::max_element(c.varlen_q.begin(), c.varlen_q.end());
@@ -160,6 +186,75 @@ struct Problem {
     cudaFree(lse_device);
     cudaFree(cu_q_device);
     cudaFree(cu_k_device);
+    cudaFree(slopes);
+    cudaFree(bias);
+    cudaFree(mask);
+  }
+
+  // Random modifiers over [batch, heads_q, seqlen_q, seqlen_k] (varlen: the longest lengths),
+  // on both sides.
+  void fill_score_mods(std::mt19937_64& rng) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+    const int64_t sq = c.sq, sk = c.sk, keys_rows = sq * sk;
+    if (c.alibi != 0) {
+      host_slopes.resize(static_cast<size_t>(c.alibi == 1 ? c.hq : c.batch * c.hq));
+      for (size_t x = 0; x < host_slopes.size(); ++x)
+        host_slopes[x] = c.alibi == 1 ? std::exp2(-8.0f * static_cast<float>(x + 1) / static_cast<float>(c.hq))
+                                      : 0.01f + 0.5f * uniform(rng);
+      cudaMalloc(&slopes, host_slopes.size() * 4);
+      cudaMemcpy(slopes, host_slopes.data(), host_slopes.size() * 4, cudaMemcpyHostToDevice);
+    }
+    if (c.bias != 0) {
+      const int64_t elem = static_cast<int64_t>(fd::dtype_size(c.bias_dtype));
+      int64_t count = 0;
+      if (c.bias == 1) bias_strides[0] = c.hq * keys_rows, bias_strides[1] = keys_rows, bias_strides[2] = sk;
+      if (c.bias == 1) count = c.batch * c.hq * keys_rows;
+      if (c.bias == 2) bias_strides[1] = keys_rows, bias_strides[2] = sk, count = c.hq * keys_rows;
+      if (c.bias == 3) bias_strides[0] = sk, count = c.batch * sk;
+      host_bias.resize(static_cast<size_t>(count * elem));
+      for (int64_t x = 0; x < count; ++x) {
+        const float value = 2.0f * normal(rng);
+        if (c.bias_dtype == DType::kFloat32) {
+          std::memcpy(&host_bias[x * 4], &value, 4);
+        } else {
+          const uint16_t h = to_storage(value, c.bias_dtype);
+          std::memcpy(&host_bias[x * 2], &h, 2);
+        }
+      }
+      cudaMalloc(&bias, std::max<size_t>(host_bias.size(), 4));
+      cudaMemcpy(bias, host_bias.data(), host_bias.size(), cudaMemcpyHostToDevice);
+    }
+    if (c.mask != 0) {
+      int64_t count = 0;
+      if (c.mask == 2) {
+        mask_strides[0] = sk, count = c.batch * sk;
+      } else {
+        mask_strides[0] = c.hq * keys_rows, mask_strides[1] = keys_rows, mask_strides[2] = sk;
+        count = c.batch * c.hq * keys_rows;
+      }
+      host_mask.assign(static_cast<size_t>(count), 1);
+      if (c.mask == 1)
+        for (auto& m : host_mask) m = uniform(rng) < 0.7f;
+      if (c.mask == 2)  // each sequence keeps a random prefix of its keys (possibly none)
+        for (int64_t b = 0; b < c.batch; ++b) {
+          const int64_t keep = static_cast<int64_t>(uniform(rng) * static_cast<float>(sk + 1));
+          for (int64_t j = keep; j < sk; ++j) host_mask[b * sk + j] = 0;
+        }
+      if (c.mask == 3)  // 64 x 64 blocks on or off, keys [64, 192) off everywhere (whole key tiles),
+                        // rows 5 mod 13 off (lse = -inf, zero gradient)
+        for (int64_t bh = 0; bh < c.batch * c.hq; ++bh) {
+          std::vector<uint8_t> block_on(static_cast<size_t>(((sq + 63) / 64) * ((sk + 63) / 64)));
+          for (auto& on : block_on) on = uniform(rng) < 0.5f;
+          for (int64_t i = 0; i < sq; ++i)
+            for (int64_t j = 0; j < sk; ++j) {
+              const bool on = block_on[(i / 64) * ((sk + 63) / 64) + j / 64] && !(j >= 64 && j < 192) && i % 13 != 5;
+              host_mask[bh * keys_rows + i * sk + j] = on && uniform(rng) < 0.9f;
+            }
+        }
+      cudaMalloc(&mask, std::max<size_t>(host_mask.size(), 1));
+      cudaMemcpy(mask, host_mask.data(), host_mask.size(), cudaMemcpyHostToDevice);
+    }
   }
 
   BackwardParams params(bool host_side) const {
@@ -171,6 +266,7 @@ struct Problem {
     p.heads_q = c.hq;
     p.heads_kv = c.hkv;
     p.head_dim = c.d;
+    p.head_dim_v = c.dv;
     p.q = q.view(c.sq);
     p.k = k.view(c.sk);
     p.v = v.view(c.sk);
@@ -194,6 +290,16 @@ struct Problem {
     p.window_left = c.window_left;
     p.window_right = c.window_right;
     p.deterministic = c.deterministic;
+    p.softcap = c.softcap;
+    if (c.alibi != 0) {
+      p.maybe_alibi_slopes = host_side ? host_slopes.data() : slopes;
+      p.alibi_batch_stride = c.alibi == 2 ? c.hq : 0;
+    }
+    if (c.bias != 0)
+      p.maybe_bias = {host_side ? static_cast<const void*>(host_bias.data()) : bias, c.bias_dtype, bias_strides[0],
+                      bias_strides[1], bias_strides[2]};
+    if (c.mask != 0)
+      p.maybe_mask = {host_side ? host_mask.data() : mask, mask_strides[0], mask_strides[1], mask_strides[2]};
     return p;
   }
 
@@ -205,33 +311,33 @@ struct Problem {
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (Tensor* t : {&q, &k, &v, &d_o})
       for (float& x : t->host) x = round_to(normal(rng), c.dtype);
+    fill_score_mods(rng);
     const BackwardParams p = params(true);
     const fd::Dims dims = fd::resolve_dims(p);
-    const int64_t d = c.d, group = c.hq / c.hkv;
+    const int64_t d = c.d, dvw = c.head_dim_v(), group = c.hq / c.hkv;
+    const double softcap = c.softcap;
     Gradients g;
     g.dq.assign(q.host.size(), 0.0);
     g.dq_lowp.assign(q.host.size(), 0.0f);
-    std::vector<double> dk_h(static_cast<size_t>(total_k * c.hq * d)), dv_h(dk_h.size());
-    std::vector<float> dk_hl(dk_h.size()), dv_hl(dk_h.size());
+    std::vector<double> dk_h(static_cast<size_t>(total_k * c.hq * d)), dv_h(static_cast<size_t>(total_k * c.hq * dvw));
+    std::vector<float> dk_hl(dk_h.size()), dv_hl(dv_h.size());
     const auto work = [&](int64_t bh) {
       const int64_t b = bh / c.hq, h = bh % c.hq, hk = h / group;
       const fd::Seq s = fd::sequence(p, b);
       // Rows of sequence b in the packed [rows, heads, dim] host tensors.
       const int64_t q_row0 = varlen() ? s.q_row0 : b * c.sq, k_row0 = varlen() ? s.k_row0 : b * c.sk;
-      std::vector<double> pe, dpe;
-      std::vector<float> pl, dsl;
+      const fd::ScoreMods mods = fd::score_mods(p, s, h);
+      std::vector<double> pe, dpe, cap_e;  // cap: the softcap's factor 1 - tanh² of each key
+      std::vector<float> pl, dsl, cap_l;
       for (int64_t i = 0; i < s.sq; ++i) {
         const fd::KeyRange keys = fd::visible_keys(p, s, i);
-        const int64_t qi = q.at(q_row0 + i, h);
+        const int64_t qi = q.at(q_row0 + i, h), oi = o.at(q_row0 + i, h);
         const int64_t li = varlen() ? h * total_q + s.q_row0 + i : (b * c.hq + h) * c.sq + i;
         const int64_t n = keys.hi - keys.lo;
-        if (n <= 0) {
-          lse[li] = -INFINITY;
-          for (int64_t x = 0; x < d; ++x) o.host[qi + x] = 0.0f;
-          continue;
-        }
-        pe.assign(n, 0.0);
-        pl.assign(n, 0.0f);
+        pe.assign(std::max<int64_t>(n, 0), 0.0);
+        pl.assign(pe.size(), 0.0f);
+        cap_e.assign(pe.size(), 1.0);
+        cap_l.assign(pe.size(), 1.0f);
         double m = -INFINITY;
         float ml = -INFINITY;
         for (int64_t j = 0; j < n; ++j) {
@@ -243,10 +349,21 @@ struct Problem {
             dot += prod;
             dotf += static_cast<float>(prod);
           }
-          pe[j] = dot * dims.scale;
-          pl[j] = round_to(dotf, c.dtype) * dims.scale;
+          pe[j] = mods.apply(dot * dims.scale, i, keys.lo + j);
+          pl[j] = mods.apply(round_to(dotf, c.dtype) * dims.scale, i, keys.lo + j);
+          if (softcap != 0.0) {
+            const double te = std::tanh(dot * dims.scale / softcap);
+            const float tl = std::tanh(round_to(dotf, c.dtype) * dims.scale / c.softcap);
+            cap_e[j] = 1.0 - te * te;
+            cap_l[j] = 1.0f - tl * tl;
+          }
           m = std::max(m, pe[j]);
           ml = std::max(ml, pl[j]);
+        }
+        if (n <= 0 || m == -INFINITY || ml == -INFINITY) {  // no key visible, or all masked
+          lse[li] = -INFINITY;
+          for (int64_t x = 0; x < dvw; ++x) o.host[oi + x] = 0.0f;
+          continue;
         }
         double l = 0.0;
         float ll = 0.0f;
@@ -256,13 +373,13 @@ struct Problem {
           pl[j] = std::exp(pl[j] - ml);
           ll += pl[j];
         }
-        std::vector<double> oe(d, 0.0);
-        std::vector<float> ol(d, 0.0f);
+        std::vector<double> oe(dvw, 0.0);
+        std::vector<float> ol(dvw, 0.0f);
         for (int64_t j = 0; j < n; ++j) {
           pe[j] /= l;
           pl[j] = round_to(pl[j] / ll, c.dtype);
           const int64_t vj = v.at(k_row0 + keys.lo + j, hk);
-          for (int64_t x = 0; x < d; ++x) {
+          for (int64_t x = 0; x < dvw; ++x) {
             oe[x] += pe[j] * v.host[vj + x];
             ol[x] += pl[j] * v.host[vj + x];
           }
@@ -270,10 +387,10 @@ struct Problem {
         lse[li] = static_cast<float>(m + std::log(l));
         double de = 0.0;
         float dl = 0.0f;
-        for (int64_t x = 0; x < d; ++x) {
-          o.host[qi + x] = round_to(static_cast<float>(oe[x]), c.dtype);
-          de += oe[x] * d_o.host[qi + x];
-          dl += round_to(ol[x], c.dtype) * d_o.host[qi + x];
+        for (int64_t x = 0; x < dvw; ++x) {
+          o.host[oi + x] = round_to(static_cast<float>(oe[x]), c.dtype);
+          de += oe[x] * d_o.host[oi + x];
+          dl += round_to(ol[x], c.dtype) * d_o.host[oi + x];
         }
         dpe.assign(n, 0.0);
         dsl.assign(n, 0.0f);
@@ -281,20 +398,22 @@ struct Problem {
           const int64_t kj = k_row0 + keys.lo + j, vj = v.at(kj, hk);
           double dp = 0.0;
           float dpf = 0.0f;
-          for (int64_t x = 0; x < d; ++x) {
-            dp += double{d_o.host[qi + x]} * v.host[vj + x];
-            dpf += d_o.host[qi + x] * v.host[vj + x];
+          for (int64_t x = 0; x < dvw; ++x) {
+            dp += double{d_o.host[oi + x]} * v.host[vj + x];
+            dpf += d_o.host[oi + x] * v.host[vj + x];
           }
-          const double ds = pe[j] * (dp - de);
-          const float dsf = round_to(pl[j] * (round_to(dpf, c.dtype) - dl), c.dtype);
-          const int64_t kk = k.at(kj, hk), acc = (kj * c.hq + h) * d;
+          const double ds = pe[j] * (dp - de) * cap_e[j];
+          const float dsf = round_to(pl[j] * (round_to(dpf, c.dtype) - dl) * cap_l[j], c.dtype);
+          const int64_t kk = k.at(kj, hk), acc = (kj * c.hq + h) * d, acc_v = (kj * c.hq + h) * dvw;
           for (int64_t x = 0; x < d; ++x) {
             g.dq[qi + x] += dims.scale * ds * k.host[kk + x];
             g.dq_lowp[qi + x] += dsf * k.host[kk + x];
             dk_h[acc + x] += dims.scale * ds * q.host[qi + x];
             dk_hl[acc + x] += dsf * q.host[qi + x];
-            dv_h[acc + x] += pe[j] * d_o.host[qi + x];
-            dv_hl[acc + x] += pl[j] * d_o.host[qi + x];
+          }
+          for (int64_t x = 0; x < dvw; ++x) {
+            dv_h[acc_v + x] += pe[j] * d_o.host[oi + x];
+            dv_hl[acc_v + x] += pl[j] * d_o.host[oi + x];
           }
         }
         for (int64_t x = 0; x < d; ++x) g.dq_lowp[qi + x] = round_to(g.dq_lowp[qi + x] * dims.scale, c.dtype);
@@ -309,23 +428,29 @@ struct Problem {
       });
     for (auto& th : pool) th.join();
     g.dk.assign(k.host.size(), 0.0);
-    g.dv.assign(k.host.size(), 0.0);
+    g.dv.assign(v.host.size(), 0.0);
     g.dk_lowp.assign(k.host.size(), 0.0f);
-    g.dv_lowp.assign(k.host.size(), 0.0f);
+    g.dv_lowp.assign(v.host.size(), 0.0f);
     for (int64_t r = 0; r < total_k; ++r)
       for (int64_t hk = 0; hk < c.hkv; ++hk) {
-        const int64_t out = k.at(r, hk);
+        const int64_t out = k.at(r, hk), out_v = v.at(r, hk);
         for (int64_t x = 0; x < d; ++x) {
-          float kl = 0.0f, vl = 0.0f;
+          float kl = 0.0f;
           for (int64_t hg = 0; hg < group; ++hg) {
             const int64_t acc = (r * c.hq + hk * group + hg) * d + x;
             g.dk[out + x] += dk_h[acc];
-            g.dv[out + x] += dv_h[acc];
             kl += dk_hl[acc] * dims.scale;
-            vl += dv_hl[acc];
           }
           g.dk_lowp[out + x] = round_to(kl, c.dtype);
-          g.dv_lowp[out + x] = round_to(vl, c.dtype);
+        }
+        for (int64_t x = 0; x < dvw; ++x) {
+          float vl = 0.0f;
+          for (int64_t hg = 0; hg < group; ++hg) {
+            const int64_t acc = (r * c.hq + hk * group + hg) * dvw + x;
+            g.dv[out_v + x] += dv_h[acc];
+            vl += dv_hl[acc];
+          }
+          g.dv_lowp[out_v + x] = round_to(vl, c.dtype);
         }
       }
     for (Tensor* t : {&q, &k, &v, &o, &d_o}) t->upload(c.dtype);
@@ -659,25 +784,212 @@ TEST(Sm80BackwardSmall, RefusesWhatItDoesNotDo) {
   };
   ASSERT_TRUE(fd::cuda_sm80_backward_supported(base).ok()) << fd::cuda_sm80_backward_supported(base).message;
   BackwardParams p = base;
-  p.softcap = 30.0f;
-  refused(p, "softcap");
-  p = base;
   p.dtype = DType::kFloat32;
   refused(p, "fp32");
   p = base;
-  p.head_dim_v = 32;
-  refused(p, "head_dim_v");
+  p.head_dim_v = 36;
+  refused(p, "head_dim_v 36");
+  p = base;
+  p.head_dim_v = 264;
+  refused(p, "head_dim_v 264");
   p = base;
   p.head_dim = 264;
   refused(p, "head_dim 264");
   p = base;
   const float slopes[2] = {0.5f, 0.25f};
-  p.maybe_alibi_slopes = slopes;
-  refused(p, "ALiBi");
+  p.maybe_alibi_slopes = slopes;  // host memory
+  refused(p, "maybe_alibi_slopes is not device memory");
   p = base;
   std::vector<uint16_t> host(17 * 2 * 64);
   p.dq.data = host.data();
   refused(p, "dq is not device memory");
+}
+
+// Score modifiers, head_dim_v != head_dim, and both together with GQA, varlen and the
+// deterministic mode. Sizes are not tile multiples; the block-sparse mask has whole key tiles
+// false and rows that see nothing (lse = -inf: zero gradient).
+Case softcap(Case c, float cap) {
+  c.softcap = cap;
+  return c;
+}
+Case alibi(Case c, int kind) {
+  c.alibi = kind;
+  return c;
+}
+Case bias(Case c, int kind, DType t) {
+  c.bias = kind;
+  c.bias_dtype = t;
+  return c;
+}
+Case mask(Case c, int kind) {
+  c.mask = kind;
+  return c;
+}
+Case causal(Case c) {
+  c.causal = true;
+  return c;
+}
+Case all_mods(Case c) { return mask(bias(alibi(softcap(c, 10.0f), 2), 1, DType::kBFloat16), 3); }
+
+void check_all(const std::vector<Case>& cases) {
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name());
+    check_case(c);
+  }
+}
+
+TEST(Sm80BackwardSmall, Softcap) {
+  std::vector<Case> cases;
+  for (float cap : {30.0f, 2.0f})  // 2 saturates: tanh' near 0 for most scores
+    for (int64_t d : {64, 96, 128, 192, 256}) cases.push_back(softcap(make(DType::kBFloat16, 113, 203, d), cap));
+  cases.push_back(causal(softcap(make(DType::kFloat16, 203, 113, 128), 2.0f)));
+  Case scaled = softcap(make(DType::kFloat16, 97, 131, 64), 5.0f);
+  scaled.scale = 0.9f;  // large logits: deep in the saturated range
+  cases.push_back(scaled);
+  check_all(cases);
+}
+
+TEST(Sm80BackwardSmall, Alibi) {
+  std::vector<Case> cases;
+  for (int kind : {1, 2})
+    for (bool is_causal : {false, true})
+      for (int64_t d : {64, 128, 192}) {
+        Case c = alibi(make(kind == 1 ? DType::kBFloat16 : DType::kFloat16, 113, 203, d), kind);
+        c.batch = 2;
+        c.hq = 4;
+        c.hkv = 2;
+        cases.push_back(is_causal ? causal(c) : c);
+      }
+  Case tl = causal(alibi(make(DType::kBFloat16, 203, 113, 96), 2));
+  tl.alignment = Alignment::kTopLeft;
+  cases.push_back(tl);
+  check_all(cases);
+}
+
+TEST(Sm80BackwardSmall, Bias) {
+  std::vector<Case> cases;
+  for (DType bt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16})
+    for (int kind : {1, 2, 3}) {
+      Case c = bias(make(DType::kBFloat16, 113, 203, kind == 1 ? 64 : kind == 2 ? 128 : 256), kind, bt);
+      c.batch = 2;
+      c.hq = 2;
+      c.hkv = 1;
+      cases.push_back(c);
+    }
+  cases.push_back(causal(bias(make(DType::kFloat16, 203, 113, 96), 1, DType::kFloat16)));
+  cases.push_back(bias(make(DType::kFloat16, 77, 77, 192), 2, DType::kFloat32));
+  check_all(cases);
+}
+
+TEST(Sm80BackwardSmall, Mask) {
+  std::vector<Case> cases;
+  for (int kind : {1, 2, 3})
+    for (int64_t d : {64, 128, 192}) {
+      Case c = mask(make(DType::kBFloat16, 257, 300, d), kind);
+      c.batch = 2;
+      cases.push_back(c);
+    }
+  cases.push_back(causal(mask(make(DType::kFloat16, 300, 203, 96), 3)));
+  cases.push_back(mask(make(DType::kFloat16, 113, 400, 256), 3));
+  check_all(cases);
+}
+
+TEST(Sm80BackwardSmall, AllModsGqaVarlen) {
+  std::vector<Case> cases;
+  for (int64_t d : {64, 96, 128, 192, 256}) {
+    Case c = all_mods(make(d % 128 == 0 ? DType::kBFloat16 : DType::kFloat16, 203, 257, d));
+    c.batch = 2;
+    c.hq = 6;
+    c.hkv = 2;
+    cases.push_back(causal(c));
+  }
+  for (int64_t d : {64, 192}) {
+    Case c = all_mods(make(DType::kBFloat16, 0, 0, d));
+    c.varlen_q = {0, 17, 113, 5, 70};
+    c.varlen_k = {13, 0, 203, 64, 70};
+    c.hq = 4;
+    c.hkv = 1;
+    cases.push_back(c);
+  }
+  Case window = all_mods(make(DType::kFloat16, 203, 181, 128));
+  window.window_left = 37;
+  window.window_right = 5;
+  cases.push_back(window);
+  check_all(cases);
+}
+
+// (d, dv) pairs: the built ones, (192, 128) and (64, 128), and smaller ones that run on them
+// (zero padding), plain and with modifiers.
+TEST(Sm80BackwardSmall, HeadDimV) {
+  std::vector<Case> cases;
+  for (auto [d, dv] : {std::pair<int64_t, int64_t>{192, 128}, {64, 128}, {40, 104}, {160, 120}, {128, 64}})
+    for (DType t : kTypes) {
+      Case c = make(t, 113, 203, d);
+      c.dv = dv;
+      c.batch = 2;
+      cases.push_back(c);
+    }
+  for (auto [d, dv] : {std::pair<int64_t, int64_t>{192, 128}, {64, 128}}) {
+    Case c = all_mods(make(DType::kBFloat16, 203, 257, d));
+    c.dv = dv;
+    c.hq = 4;
+    c.hkv = 2;
+    cases.push_back(causal(c));
+    Case v = make(DType::kFloat16, 0, 0, d);
+    v.dv = dv;
+    v.varlen_q = {0, 17, 113, 5, 70};
+    v.varlen_k = {13, 0, 203, 64, 70};
+    v.softcap = 2.0f;
+    cases.push_back(causal(v));
+  }
+  check_all(cases);
+}
+
+// The deterministic mode with modifiers and (d, dv) pairs: against the reference, and two runs
+// give the same bytes.
+TEST(Sm80BackwardSmall, DeterministicWithMods) {
+  std::vector<Case> cases;
+  for (int64_t d : {64, 96, 128, 192, 256}) {
+    Case c = all_mods(make(DType::kBFloat16, 203, 257, d));
+    c.hq = 4;
+    c.hkv = 2;
+    cases.push_back(causal(c));
+  }
+  for (auto [d, dv] : {std::pair<int64_t, int64_t>{192, 128}, {64, 128}}) {
+    Case c = softcap(mask(make(DType::kFloat16, 113, 203, d), 2), 2.0f);
+    c.dv = dv;
+    c.batch = 2;
+    cases.push_back(c);
+  }
+  for (Case c : cases) {
+    c.deterministic = true;
+    SCOPED_TRACE(c.name());
+    Problem pb(c);
+    const Gradients ref = pb.prepare(fresh_seed(c.name()));
+    if (::testing::Test::HasFatalFailure()) return;
+    const BackwardParams p = pb.params(false);
+    ASSERT_TRUE(run_backward(pb, p, 0xff));
+    expect_gradients_close(pb, ref);
+    const std::vector<uint8_t> dq = pb.dq.bytes(), dk = pb.dk.bytes(), dv = pb.dv.bytes();
+    ASSERT_TRUE(run_backward(pb, p, 0x00));
+    EXPECT_TRUE(pb.dq.bytes() == dq) << "dq differs between two deterministic runs";
+    EXPECT_TRUE(pb.dk.bytes() == dk) << "dk differs between two deterministic runs";
+    EXPECT_TRUE(pb.dv.bytes() == dv) << "dv differs between two deterministic runs";
+  }
+}
+
+TEST(Sm80Backward, LongWithMods) {
+  for (int64_t d : {64, 128}) {
+    Case c = all_mods(make(DType::kBFloat16, 1023, 1023, d));
+    c.hq = 4;
+    c.hkv = 2;
+    SCOPED_TRACE(c.name());
+    check_case(causal(c));
+  }
+  Case c = softcap(make(DType::kBFloat16, 1023, 1023, 192), 30.0f);
+  c.dv = 128;
+  SCOPED_TRACE(c.name());
+  check_case(c);
 }
 
 }  // namespace

@@ -22,13 +22,14 @@ namespace {
 using sm80::BackwardKernelParams;
 
 struct BackwardInstance {
-  int head_dim;
+  int head_dim, head_dim_v;
   DType dtype;
   cudaError_t (*launch)(const BackwardKernelParams&, cudaStream_t);
 };
 
 constexpr BackwardInstance kBackwardInstances[] = {
-#define FLASHATTN_SM80_BACKWARD_INSTANCE(HEAD_DIM, DTYPE) {HEAD_DIM, DTYPE, &sm80::launch_backward<HEAD_DIM, DTYPE>},
+#define FLASHATTN_SM80_BACKWARD_INSTANCE(HEAD_DIM, HEAD_DIM_V, DTYPE) \
+  {HEAD_DIM, HEAD_DIM_V, DTYPE, &sm80::launch_backward<HEAD_DIM, HEAD_DIM_V, DTYPE>},
 #include "cuda/sm80/instantiations/backward_list.inc"
 #undef FLASHATTN_SM80_BACKWARD_INSTANCE
 };
@@ -37,12 +38,14 @@ Status not_supported(std::string what) {
   return {StatusCode::kNotSupported, "cuda sm80 backward: " + std::move(what)};
 }
 
-// The smallest instantiation of p's dtype with a head dim at least p's (zero padding serves the
-// rest). Null when none.
+// The instantiation that serves p: of p's dtype, with head dims at least p's (zero padding serves
+// the rest), the smallest head_dim + head_dim_v among those. Null when none.
 const BackwardInstance* pick_instance(const BackwardParams& p) {
+  const Dims d = resolve_dims(p);
   const BackwardInstance* best = nullptr;
   for (const BackwardInstance& inst : kBackwardInstances)
-    if (inst.dtype == p.dtype && inst.head_dim >= p.head_dim && (best == nullptr || inst.head_dim < best->head_dim))
+    if (inst.dtype == p.dtype && inst.head_dim >= d.head_dim && inst.head_dim_v >= d.head_dim_v &&
+        (best == nullptr || inst.head_dim + inst.head_dim_v < best->head_dim + best->head_dim_v))
       best = &inst;
   return best;
 }
@@ -50,8 +53,17 @@ const BackwardInstance* pick_instance(const BackwardParams& p) {
 int largest_head_dim(DType dtype) {
   int largest = 0;
   for (const BackwardInstance& inst : kBackwardInstances)
-    if (inst.dtype == dtype && inst.head_dim > largest) largest = inst.head_dim;
+    if (inst.dtype == dtype && inst.head_dim == inst.head_dim_v && inst.head_dim > largest) largest = inst.head_dim;
   return largest;
+}
+
+// "(192, 128), (64, 128)": the built pairs of different head dims, for refusals.
+std::string head_dim_pairs(DType dtype) {
+  std::string pairs;
+  for (const BackwardInstance& inst : kBackwardInstances)
+    if (inst.dtype == dtype && inst.head_dim != inst.head_dim_v)
+      pairs += (pairs.empty() ? "(" : ", (") + std::to_string(inst.head_dim) + ", " + std::to_string(inst.head_dim_v) + ")";
+  return pairs.empty() ? "none" : pairs;
 }
 
 BackwardKernelParams kernel_params(const BackwardParams& p, void* workspace) {
@@ -72,14 +84,18 @@ BackwardKernelParams kernel_params(const BackwardParams& p, void* workspace) {
   k.maybe_cu_seqlens_q = p.maybe_cu_seqlens_q;
   k.maybe_cu_seqlens_k = p.maybe_cu_seqlens_k;
 
-  const int64_t rows = d.batch * d.heads_q * d.seqlen_q;
-  const uintptr_t base = reinterpret_cast<uintptr_t>(workspace);
-  const uintptr_t aligned = (base + sm80::kWorkspaceAlignment - 1) / sm80::kWorkspaceAlignment * sm80::kWorkspaceAlignment;
   // The layout of backward_workspace_bytes(); the deterministic mode has no dQ accumulator.
-  float* arrays = reinterpret_cast<float*>(aligned);
-  k.dq_accum = p.deterministic ? nullptr : arrays;
-  k.delta = arrays + (p.deterministic ? 0 : rows * d.head_dim);
-  k.lse_log2 = k.delta + rows;
+  // Without a workspace (supported() asking which variant runs) the arrays stay null.
+  if (workspace != nullptr) {
+    const int64_t rows = d.batch * d.heads_q * d.seqlen_q;
+    const uintptr_t base = reinterpret_cast<uintptr_t>(workspace);
+    const uintptr_t aligned =
+        (base + sm80::kWorkspaceAlignment - 1) / sm80::kWorkspaceAlignment * sm80::kWorkspaceAlignment;
+    float* arrays = reinterpret_cast<float*>(aligned);
+    k.dq_accum = p.deterministic ? nullptr : arrays;
+    k.delta = arrays + (p.deterministic ? 0 : rows * d.head_dim);
+    k.lse_log2 = k.delta + rows;
+  }
 
   k.batch = static_cast<int>(d.batch);
   k.seqlen_q = static_cast<int>(d.seqlen_q);
@@ -87,12 +103,25 @@ BackwardKernelParams kernel_params(const BackwardParams& p, void* workspace) {
   k.heads_q = static_cast<int>(d.heads_q);
   k.group = static_cast<int>(d.group);
   k.head_dim = static_cast<int>(d.head_dim);
+  k.head_dim_v = static_cast<int>(d.head_dim_v);
   k.scale = d.scale;
   k.scale_log2 = d.scale * kLog2e;
   const cuda_host::KernelBand band = cuda_host::kernel_band(p, d);
   k.bottom_right = band.bottom_right;
   k.window_left = band.window_left;
   k.window_right = band.window_right;
+  k.softcap = p.softcap;
+  k.maybe_alibi_slopes = p.maybe_alibi_slopes;
+  k.alibi_batch_stride = p.alibi_batch_stride;
+  k.maybe_bias = p.maybe_bias.data;
+  k.bias_dtype = static_cast<int>(p.maybe_bias.dtype);
+  k.bias_batch_stride = p.maybe_bias.batch_stride;
+  k.bias_head_stride = p.maybe_bias.head_stride;
+  k.bias_row_stride = p.maybe_bias.row_stride;
+  k.maybe_mask = p.maybe_mask.data;
+  k.mask_batch_stride = p.maybe_mask.batch_stride;
+  k.mask_head_stride = p.maybe_mask.head_stride;
+  k.mask_row_stride = p.maybe_mask.row_stride;
   return k;
 }
 
@@ -102,17 +131,22 @@ Status cuda_sm80_backward_supported(const BackwardParams& p) {
   if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16)
     return not_supported("dtype fp32 (takes fp16 and bf16)");
   const Dims d = resolve_dims(p);
-  if (d.head_dim_v != d.head_dim)
-    return not_supported("head_dim_v " + std::to_string(d.head_dim_v) + " != head_dim " + std::to_string(d.head_dim));
   if (d.head_dim % 8 != 0)
     return not_supported("head_dim " + std::to_string(d.head_dim) + " (takes multiples of 8)");
-  if (pick_instance(p) == nullptr)
+  if (d.head_dim_v % 8 != 0)
+    return not_supported("head_dim_v " + std::to_string(d.head_dim_v) + " (takes multiples of 8)");
+  const BackwardInstance* inst = pick_instance(p);
+  if (inst == nullptr && d.head_dim_v == d.head_dim)
     return not_supported("head_dim " + std::to_string(d.head_dim) + " (the largest built is " +
                          std::to_string(largest_head_dim(p.dtype)) + ")");
-  if (p.softcap != 0.0f) return not_supported("softcap");
-  if (p.maybe_alibi_slopes != nullptr) return not_supported("ALiBi (maybe_alibi_slopes)");
-  if (p.maybe_bias.data != nullptr) return not_supported("additive bias (maybe_bias)");
-  if (p.maybe_mask.data != nullptr) return not_supported("boolean mask (maybe_mask)");
+  if (inst == nullptr)
+    return not_supported("head_dim_v " + std::to_string(d.head_dim_v) + " with head_dim " +
+                         std::to_string(d.head_dim) + " (the largest built is " +
+                         std::to_string(largest_head_dim(p.dtype)) + " for both; other (head_dim, head_dim_v): " +
+                         head_dim_pairs(p.dtype) + ")");
+  if (p.maybe_bias.data != nullptr &&
+      reinterpret_cast<uintptr_t>(p.maybe_bias.data) % dtype_size(p.maybe_bias.dtype) != 0)
+    return not_supported("maybe_bias: data must be aligned to its element size");
   if (p.lse == nullptr) return not_supported("lse is required");
   if (!(d.scale > 0.0f) || !std::isfinite(d.scale))
     return not_supported("softmax_scale " + std::to_string(d.scale) + " (takes finite positive scales)");
@@ -130,19 +164,24 @@ Status cuda_sm80_backward_supported(const BackwardParams& p) {
   if (device.major < 8)
     return not_supported("compute capability " + std::to_string(device.major) + "." + std::to_string(device.minor) +
                          " (needs 8.0 or later)");
-  // The main kernel's shared memory, and the dQ kernel's in the deterministic mode.
-  const int instance_head_dim = pick_instance(p)->head_dim;
-  const int smem = std::max(sm80::backward_smem_bytes(instance_head_dim),
-                            p.deterministic ? sm80::backward_dq_tiles(instance_head_dim).smem_bytes() : 0);
+  // The main kernel's shared memory, and the dQ kernel's in the deterministic mode, of the variant
+  // the launcher picks by the same test.
+  const bool score_mods = kernel_params(p, nullptr).has_score_mods();
+  const int smem = std::max(sm80::backward_smem_bytes(inst->head_dim, inst->head_dim_v, score_mods),
+                            p.deterministic
+                                ? sm80::backward_dq_tiles(inst->head_dim, inst->head_dim_v, score_mods).smem_bytes()
+                                : 0);
   if (device.smem_optin < smem)
-    return not_supported("head_dim " + std::to_string(d.head_dim) + (p.deterministic ? " (deterministic)" : "") +
-                         " needs " + std::to_string(smem) + " bytes of shared memory per block, the device has " +
-                         std::to_string(device.smem_optin));
+    return not_supported("head_dim " + std::to_string(d.head_dim) +
+                         (d.head_dim_v != d.head_dim ? ", head_dim_v " + std::to_string(d.head_dim_v) : "") +
+                         (p.deterministic ? " (deterministic)" : "") + " needs " + std::to_string(smem) +
+                         " bytes of shared memory per block, the device has " + std::to_string(device.smem_optin));
 
   if (const char* name = cuda_host::first_not_on_device(
           {{p.q.data, "q"}, {p.k.data, "k"}, {p.v.data, "v"}, {p.o.data, "o"}, {p.d_o.data, "d_o"}, {p.lse, "lse"},
            {p.dq.data, "dq"}, {p.dk.data, "dk"}, {p.dv.data, "dv"}, {p.maybe_cu_seqlens_q, "maybe_cu_seqlens_q"},
-           {p.maybe_cu_seqlens_k, "maybe_cu_seqlens_k"}},
+           {p.maybe_cu_seqlens_k, "maybe_cu_seqlens_k"}, {p.maybe_alibi_slopes, "maybe_alibi_slopes"},
+           {p.maybe_bias.data, "maybe_bias"}, {p.maybe_mask.data, "maybe_mask"}},
           device.index))
     return not_supported(std::string(name) + " is not device memory of the current device");
   return {};

@@ -11,6 +11,11 @@
 // Rows past the sequence end and rows that see no key (lse·log2e = +inf) have P = 0; a block whose
 // rows see no key writes dQ = 0.
 //
+// dO and V have head_dim_v columns (kHeadDimV may differ from kHeadDim): dP = dO V^T reduces over
+// them. kScoreMods: the variant with softcap, ALiBi, bias and mask (backward_score_mods.cuh),
+// launched only when one is on; it recomputes the forward's logits from S and takes
+// P ∘ (1 - (y/softcap)²) in place of P (P itself is not needed here).
+//
 // Pipeline (two K and two V buffers; Q and dO loaded once with the first K):
 //   wait K(n) | issue K(n-1) | S = Q K(n)^T, mask, P | wait V(n) | issue V(n-1) | dP = dO V(n)^T, dS, dQ += dS K(n)
 // The barrier before each issue also tells that every warp is done with the buffer it overwrites:
@@ -29,6 +34,7 @@
 #include "cuda/sm80/backward_dq_policy.hpp"
 #include "cuda/sm80/backward_params.hpp"
 #include "cuda/sm80/backward_rows.cuh"
+#include "cuda/sm80/backward_score_mods.cuh"
 #include "cuda/sm80/epilogue.cuh"
 #include "cuda/sm80/mask.cuh"
 #include "cuda/sm80/tile_load.cuh"
@@ -55,30 +61,62 @@ __device__ __forceinline__ void load_row_stats(float (&lse_log2)[kMTiles][2], fl
     }
 }
 
-template <int kHeadDim, class T>
-__global__ void __launch_bounds__(BackwardDqPolicy<kHeadDim>::kTiles.threads(),
-                                  BackwardDqPolicy<kHeadDim>::kTiles.min_blocks)
+// The score-modifier variant's P ∘ (1 - (y/softcap)²) from the raw scores of S (rows: the warp's
+// queries from rows0; columns: keys from j0), each element's logit through the modifiers, then
+// the band.
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void probabilities_rows(cuda::FragC (&s)[kMTiles][kNTiles], const BackwardScoreMods& mods,
+                                                   const Band& band, const float (&lse_log2)[kMTiles][2], int rows0,
+                                                   int j0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int i = rows0 + mt * 16 + g + 8 * r;
+      const KeyRange keys = band.visible_keys(i);
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = j0 + nt * 8 + 2 * t + e;
+          float& x = s[mt][nt].x[2 * r + e];
+          mods.probability(x, i, j, keys.lo <= j && j < keys.hi, lse_log2[mt][r], x);
+        }
+    }
+}
+
+template <int kHeadDim, int kHeadDimV, class T, bool kScoreMods>
+__global__ void __launch_bounds__(BackwardDqPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles.threads(),
+                                  BackwardDqPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles.min_blocks)
     backward_dq_kernel(const BackwardKernelParams p) {
-  constexpr BackwardDqTiles kTiles = BackwardDqPolicy<kHeadDim>::kTiles;
+  constexpr BackwardDqTiles kTiles = BackwardDqPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles;
   constexpr int kBlockM = kTiles.block_m, kBlockN = kTiles.block_n, kThreads = kTiles.threads();
   constexpr int kMTiles = kTiles.warp_rows() / 16;  // m16 tiles per warp
   constexpr int kNTiles = kBlockN / 8;              // n8 tiles of S and dP per key tile
   constexpr int kDTiles = kHeadDim / 8;             // n8 tiles of dQ
-  using QTile = cuda::SwizzledTile<kBlockM, kHeadDim>;  // Q and dO; the epilogue stages dQ over Q
-  using KTile = cuda::SwizzledTile<kBlockN, kHeadDim>;  // K and V
+  using QTile = cuda::SwizzledTile<kBlockM, kHeadDim>;    // Q; the epilogue stages dQ over it
+  using DoTile = cuda::SwizzledTile<kBlockM, kHeadDimV>;  // dO
+  using KTile = cuda::SwizzledTile<kBlockN, kHeadDim>;    // K
+  using VTile = cuda::SwizzledTile<kBlockN, kHeadDimV>;   // V
   using QLoad = TileLoad<T, kBlockM, kHeadDim, kThreads>;
+  using DoLoad = TileLoad<T, kBlockM, kHeadDimV, kThreads>;
   using KLoad = TileLoad<T, kBlockN, kHeadDim, kThreads>;
-  static_assert(QTile::kBytes == kTiles.tile_bytes(kBlockM) && KTile::kBytes == kTiles.tile_bytes(kBlockN));
+  using VLoad = TileLoad<T, kBlockN, kHeadDimV, kThreads>;
+  static_assert(QTile::kBytes == kTiles.tile_bytes(kBlockM, kHeadDim) &&
+                DoTile::kBytes == kTiles.tile_bytes(kBlockM, kHeadDimV) &&
+                KTile::kBytes == kTiles.tile_bytes(kBlockN, kHeadDim) &&
+                VTile::kBytes == kTiles.tile_bytes(kBlockN, kHeadDimV));
   static_assert(BackwardDqTiles::kStages == 2, "the pipeline below double-buffers K and V");
 
   extern __shared__ __align__(128) char smem[];
   const uint32_t q_addr = cuda::smem_address(smem);
   const uint32_t do_addr = q_addr + QTile::kBytes;
-  const uint32_t k_addr0 = do_addr + QTile::kBytes;     // two K tiles
+  const uint32_t k_addr0 = do_addr + DoTile::kBytes;     // two K tiles
   const uint32_t v_addr0 = k_addr0 + 2 * KTile::kBytes;  // two V tiles
   // Tile n lives in buffer n % 2.
   const auto k_buffer = [=](int n) { return k_addr0 + (n & 1) * KTile::kBytes; };
-  const auto v_buffer = [=](int n) { return v_addr0 + (n & 1) * KTile::kBytes; };
+  const auto v_buffer = [=](int n) { return v_addr0 + (n & 1) * VTile::kBytes; };
 
   // Heaviest blocks (last rows: most keys under causal masking) launch first.
   const int m_block = gridDim.x - 1 - blockIdx.x;
@@ -120,20 +158,20 @@ __global__ void __launch_bounds__(BackwardDqPolicy<kHeadDim>::kTiles.threads(),
                    tid);
     };
     const auto issue_v = [&](int n) {
-      KLoad::issue(v_buffer(n), v + int64_t{n} * kBlockN * p.v_row_stride, p.v_row_stride, kv_rows(n), p.head_dim,
-                   tid);
+      VLoad::issue(v_buffer(n), v + int64_t{n} * kBlockN * p.v_row_stride, p.v_row_stride, kv_rows(n),
+                   p.head_dim_v, tid);
     };
 
     // Rows past the sequence end are zero-filled: their S and dP are finite, and P = 0 there.
     QLoad::issue(q_addr, q, p.q_row_stride, i1 - i0, p.head_dim, tid);
-    QLoad::issue(do_addr, d_o, p.do_row_stride, i1 - i0, p.head_dim, tid);
+    DoLoad::issue(do_addr, d_o, p.do_row_stride, i1 - i0, p.head_dim_v, tid);
     issue_k(n_end - 1);
     cuda::cp_async_commit();
     issue_v(n_end - 1);
     cuda::cp_async_commit();
 
     // Tiles that every row sees whole skip the per-element mask.
-    const KeyRange full = band.keys_seen_by_all(i0, i1);
+    [[maybe_unused]] const KeyRange full = band.keys_seen_by_all(i0, i1);
     // Every step commits two groups (empty at the end), so "all but the newest group" is always
     // the tile about to be read.
     for (int n = n_end - 1; n >= n_begin; --n) {
@@ -145,14 +183,19 @@ __global__ void __launch_bounds__(BackwardDqPolicy<kHeadDim>::kTiles.threads(),
 
       cuda::FragC s[kMTiles][kNTiles];
       gemm_qk<T, kMTiles, kNTiles, kHeadDim, QTile, KTile>(s, q_addr, k_buffer(n), warp_rows0, lane);
-      if (j0 < full.lo || j0 + kBlockN > full.hi) apply_band_mask(s, band, i0 + warp_rows0, j0, lane);
+      if constexpr (kScoreMods) {
+        const BackwardScoreMods mods = BackwardScoreMods::resolve(p, b, h, band.diagonal, seq.sq, seq.sk);
+        probabilities_rows(s, mods, band, lse_log2, i0 + warp_rows0, j0, lane);
+      } else {
+        if (j0 < full.lo || j0 + kBlockN > full.hi) apply_band_mask(s, band, i0 + warp_rows0, j0, lane);
 #pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
+        for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
+          for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-            s[mt][nt].x[e] = cuda::fast_exp2(fmaf(s[mt][nt].x[e], p.scale_log2, -lse_log2[mt][e / 2]));
+            for (int e = 0; e < 4; ++e)
+              s[mt][nt].x[e] = cuda::fast_exp2(fmaf(s[mt][nt].x[e], p.scale_log2, -lse_log2[mt][e / 2]));
+      }
 
       cuda::cp_async_wait<1>();
       __syncthreads();  // V(n) is in; V(n+1) is free
@@ -160,7 +203,7 @@ __global__ void __launch_bounds__(BackwardDqPolicy<kHeadDim>::kTiles.threads(),
       cuda::cp_async_commit();
 
       cuda::FragC dp[kMTiles][kNTiles];
-      gemm_qk<T, kMTiles, kNTiles, kHeadDim, QTile, KTile>(dp, do_addr, v_buffer(n), warp_rows0, lane);
+      gemm_qk<T, kMTiles, kNTiles, kHeadDimV, DoTile, VTile>(dp, do_addr, v_buffer(n), warp_rows0, lane);
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll

@@ -19,6 +19,14 @@
 // The loads of step s+1 fly during the whole of step s's math; the first barrier also tells that
 // every warp is done with the buffers they overwrite (step s-1's) and with the P^T and dS^T tiles.
 //
+// dO, V and dV have head_dim_v columns (kHeadDimV may differ from kHeadDim): dP^T = V dO^T and
+// dV += P^T dO reduce or run over them, everything else over head_dim.
+//
+// kScoreMods: the variant with softcap, ALiBi, bias and mask (backward_score_mods.cuh), launched
+// only when one is on, so that the plain path carries none of it. It recomputes the forward's
+// logits from S^T, and keeps P^T ∘ (1 - (y/softcap)²) in registers for dS^T (P^T itself goes to
+// shared memory for dV).
+//
 // dK is scaled once in the epilogue. The dQ atomics make dQ depend on the order in which blocks add,
 // in the last bits (dK and dV do not: each is owned by one block and accumulated in a fixed order).
 #pragma once
@@ -39,6 +47,7 @@
 #include "cuda/sm80/backward_params.hpp"
 #include "cuda/sm80/backward_rows.cuh"
 #include "cuda/sm80/backward_policy.hpp"
+#include "cuda/sm80/backward_score_mods.cuh"
 #include "cuda/sm80/mask.cuh"
 #include "cuda/sm80/tile_load.cuh"
 
@@ -120,25 +129,33 @@ __device__ __forceinline__ void zero_fragments(cuda::FragC (&c)[kMTiles][kNTiles
     for (int nt = 0; nt < kNTiles; ++nt) c[mt][nt] = {0.0f, 0.0f, 0.0f, 0.0f};
 }
 
+// Where a lane's accumulator pair c[mt][nt].x[2 r], x[2 r + 1] lives in a swizzled [kRows, kCols]
+// tile: the lane's first pair (fragment_base) advanced to (mt, nt, r). Chunk step
+// 2 kWN (nt / 2) + nt % 2 from the first chunk 2 wn: bits disjoint.
+template <class Grid, class Tile>
+__device__ __forceinline__ uint32_t fragment_base(const Grid& grid, int lane) {
+  return Tile::offset(grid.row0(0) + (lane >> 2), grid.col0(0) / 8) + 4 * (lane & 3);
+}
+template <class Grid, class Tile>
+__device__ __forceinline__ uint32_t fragment_at(uint32_t base, int mt, int nt, int r) {
+  return Tile::advance(base, 16 * Grid::kWM * mt + 8 * r, 2 * Grid::kWN * (nt / 2) + nt % 2);
+}
+
 // A warp's accumulators rounded to T into a swizzled [kRows, kCols] tile at the grid's positions.
 // Eight rows (g) at one chunk fall in eight bank groups, the four lanes t of a row in one: no bank
 // conflicts.
 template <class T, class Grid, class Tile>
 __device__ __forceinline__ void store_fragments(char* tile, const cuda::FragC (&c)[Grid::kMTiles][Grid::kNTiles],
                                                 const Grid& grid, int lane) {
-  const int g = lane >> 2, t = lane & 3;
-  const uint32_t offset = Tile::offset(grid.row0(0) + g, grid.col0(0) / 8);
+  const uint32_t base = fragment_base<Grid, Tile>(grid, lane);
 #pragma unroll
   for (int mt = 0; mt < Grid::kMTiles; ++mt)
 #pragma unroll
     for (int nt = 0; nt < Grid::kNTiles; ++nt)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        // Chunk step 2 kWN (nt / 2) + nt % 2 from the first chunk 2 wn: bits disjoint.
-        const uint32_t at = Tile::advance(offset, 16 * Grid::kWM * mt + 8 * r, 2 * Grid::kWN * (nt / 2) + nt % 2);
-        *reinterpret_cast<uint32_t*>(tile + at + 4 * t) =
+      for (int r = 0; r < 2; ++r)
+        *reinterpret_cast<uint32_t*>(tile + fragment_at<Grid, Tile>(base, mt, nt, r)) =
             cuda::MmaType<T>::pack(c[mt][nt].x[2 * r], c[mt][nt].x[2 * r + 1]);
-      }
 }
 
 // Scores of S^T (rows: keys from j0; columns: queries from i0) outside the band become -inf.
@@ -159,6 +176,36 @@ __device__ __forceinline__ void mask_scores_transposed(cuda::FragC (&st)[Grid::k
           if (j < keys.lo || j >= keys.hi) st[mt][nt].x[2 * r + e] = -INFINITY;
         }
     }
+}
+
+// The score-modifier variant's P^T from the raw scores of S^T (rows: keys from j0; columns:
+// queries from i0), in one pass per element: the logit (modifiers, then the band), P^T rounded to
+// T into the P^T tile (as store_fragments), and P^T ∘ (1 - (y/softcap)²) left in st for dS^T.
+// lse_log2: the step's rows' lse·log2e in shared memory (+inf for rows past the end: P = 0).
+template <class T, class Grid, class Tile>
+__device__ __forceinline__ void probabilities_transposed(cuda::FragC (&st)[Grid::kMTiles][Grid::kNTiles],
+                                                         const BackwardScoreMods& mods, const Band& band,
+                                                         const float* lse_log2, int i0, int j0, char* pt_tile,
+                                                         const Grid& grid, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  const uint32_t base = fragment_base<Grid, Tile>(grid, lane);
+#pragma unroll
+  for (int nt = 0; nt < Grid::kNTiles; ++nt) {
+    const int i = i0 + grid.col0(nt) + 2 * t;  // queries i and i + 1
+    const float2 lse = *reinterpret_cast<const float2*>(lse_log2 + grid.col0(nt) + 2 * t);
+    const KeyRange keys0 = band.visible_keys(i), keys1 = band.visible_keys(i + 1);
+#pragma unroll
+    for (int mt = 0; mt < Grid::kMTiles; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int j = j0 + grid.row0(mt) + g + 8 * r;
+        float* x = st[mt][nt].x + 2 * r;
+        const float p0 = mods.probability(x[0], i, j, keys0.lo <= j && j < keys0.hi, lse.x, x[0]);
+        const float p1 = mods.probability(x[1], i + 1, j, keys1.lo <= j && j < keys1.hi, lse.y, x[1]);
+        *reinterpret_cast<uint32_t*>(pt_tile + fragment_at<Grid, Tile>(base, mt, nt, r)) =
+            cuda::MmaType<T>::pack(p0, p1);
+      }
+  }
 }
 
 // dQ += dS K for one warp of Grid, added into the step's fp32 accumulator rows dq_rows (row stride
@@ -191,6 +238,20 @@ __device__ __forceinline__ void accumulate_dq(float* dq_rows, int rows_valid, in
   }
 }
 
+// Rows [0, rows_valid) and columns [0, cols) of a swizzled tile copied to global memory in 16-byte
+// chunks (cols a multiple of 8).
+template <class Tile, int kThreads, class T>
+__device__ __forceinline__ void copy_out_rows(T* out, int64_t row_stride, const char* tile, int rows_valid, int cols,
+                                              int tid) {
+  constexpr int kChunksPerRow = Tile::kChunksPerRow;
+  for (int c = tid; c < rows_valid * kChunksPerRow; c += kThreads) {
+    const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
+    if (chunk * 8 < cols)
+      *reinterpret_cast<uint4*>(out + row * row_stride + chunk * 8) =
+          *reinterpret_cast<const uint4*>(tile + Tile::offset(row, chunk));
+  }
+}
+
 // The query tiles [begin, begin + count) of Br rows that some row of which sees a key of [j0, j1).
 // The keys a row sees move right with the row (both ends), so "sees a key at or after j0" holds from
 // some tile on and "sees a key before j1" up to some tile: two bisections find the ends, with the
@@ -219,31 +280,39 @@ __device__ __forceinline__ QueryTiles visible_query_tiles(const Band& band, int 
   return {begin, lo - begin};
 }
 
-template <int kHeadDim, class T>
-__global__ void __launch_bounds__(BackwardPolicy<kHeadDim>::kTiles.threads(), BackwardPolicy<kHeadDim>::kTiles.min_blocks)
+template <int kHeadDim, int kHeadDimV, class T, bool kScoreMods>
+__global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles.threads(),
+                                  BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles.min_blocks)
     backward_kernel(const BackwardKernelParams p) {
-  constexpr BackwardTiles kTiles = BackwardPolicy<kHeadDim>::kTiles;
+  constexpr BackwardTiles kTiles = BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles;
   constexpr int kBlockM = kTiles.block_m, kBlockN = kTiles.block_n, kThreads = kTiles.threads();
   constexpr int kWarps = kTiles.warps, kStages = BackwardTiles::kStages;
-  using KTile = cuda::SwizzledTile<kBlockN, kHeadDim>;  // K, V; dK, dV in the epilogue
-  using QTile = cuda::SwizzledTile<kBlockM, kHeadDim>;  // Q, dO
-  using PTile = cuda::SwizzledTile<kBlockN, kBlockM>;   // P^T, dS^T: rows keys, columns queries
+  using KTile = cuda::SwizzledTile<kBlockN, kHeadDim>;    // K; dK in the epilogue
+  using VTile = cuda::SwizzledTile<kBlockN, kHeadDimV>;   // V; dV in the epilogue
+  using QTile = cuda::SwizzledTile<kBlockM, kHeadDim>;    // Q
+  using DoTile = cuda::SwizzledTile<kBlockM, kHeadDimV>;  // dO
+  using PTile = cuda::SwizzledTile<kBlockN, kBlockM>;     // P^T, dS^T: rows keys, columns queries
   using KLoad = TileLoad<T, kBlockN, kHeadDim, kThreads>;
+  using VLoad = TileLoad<T, kBlockN, kHeadDimV, kThreads>;
   using QLoad = TileLoad<T, kBlockM, kHeadDim, kThreads>;
+  using DoLoad = TileLoad<T, kBlockM, kHeadDimV, kThreads>;
   using SdpGrid = WarpGrid<kBlockN, kBlockM, kTiles.sdp_key_warps, kWarps / kTiles.sdp_key_warps>;
-  using DkvGrid = WarpGrid<kBlockN, kHeadDim, kTiles.dkv_key_warps, kWarps / kTiles.dkv_key_warps>;
+  using DkGrid = WarpGrid<kBlockN, kHeadDim, kTiles.dkv_key_warps, kWarps / kTiles.dkv_key_warps>;
+  using DvGrid = WarpGrid<kBlockN, kHeadDimV, kTiles.dkv_key_warps, kWarps / kTiles.dkv_key_warps>;
   using DqGrid = WarpGrid<kBlockM, kHeadDim, kTiles.dq_query_warps, kWarps / kTiles.dq_query_warps>;
-  static_assert(KTile::kBytes == kTiles.kv_bytes() && QTile::kBytes == kTiles.q_bytes() &&
+  static_assert(KTile::kBytes == kTiles.k_bytes() && VTile::kBytes == kTiles.v_bytes() &&
+                QTile::kBytes == kTiles.q_bytes() && DoTile::kBytes == kTiles.do_bytes() &&
                 PTile::kBytes == kTiles.p_bytes());
 
   // K | V | stage 0: Q, dO | stage 1: Q, dO | P^T | dS^T | stage 0: lse·log2e, D | stage 1: ...
+  constexpr int kStageBytes = QTile::kBytes + DoTile::kBytes;
   extern __shared__ __align__(128) char smem[];
-  char* const pt_tile = smem + 2 * KTile::kBytes + kStages * 2 * QTile::kBytes;
+  char* const pt_tile = smem + KTile::kBytes + VTile::kBytes + kStages * kStageBytes;
   char* const dst_tile = pt_tile + PTile::kBytes;
   float* const rows_smem = reinterpret_cast<float*>(dst_tile + PTile::kBytes);
   const uint32_t k_addr = cuda::smem_address(smem), v_addr = k_addr + KTile::kBytes;
   const uint32_t pt_addr = cuda::smem_address(pt_tile), dst_addr = cuda::smem_address(dst_tile);
-  const auto q_addr = [=](int stage) { return k_addr + 2 * KTile::kBytes + stage * 2 * QTile::kBytes; };
+  const auto q_addr = [=](int stage) { return v_addr + VTile::kBytes + stage * kStageBytes; };
   const auto do_addr = [=](int stage) { return q_addr(stage) + QTile::kBytes; };
   const auto lse_smem = [=](int stage) { return rows_smem + stage * 2 * kBlockM; };  // [Br]
   const auto delta_smem = [=](int stage) { return lse_smem(stage) + kBlockM; };     // [Br]
@@ -259,7 +328,8 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim>::kTiles.threads(), Ba
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int t = lane & 3;
   const SdpGrid sdp(warp);
-  const DkvGrid dkv(warp);
+  const DkGrid dkg(warp);
+  const DvGrid dvg(warp);
   const DqGrid dqg(warp);
 
   // Steps: the visible query tiles of head h_kv·group, then of the next head of the group, ...
@@ -282,7 +352,7 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim>::kTiles.threads(), Ba
     const T* d_o = static_cast<const T*>(p.d_o) + row_offset(varlen, b, seq.q_row0, st.i0, st.h, p.do_batch_stride,
                                                              p.do_row_stride, p.do_head_stride);
     QLoad::issue(q_addr(stage), q, p.q_row_stride, st.i1 - st.i0, p.head_dim, tid);
-    QLoad::issue(do_addr(stage), d_o, p.do_row_stride, st.i1 - st.i0, p.head_dim, tid);
+    DoLoad::issue(do_addr(stage), d_o, p.do_row_stride, st.i1 - st.i0, p.head_dim_v, tid);
     if (tid < 2 * kBlockM) {
       const int row = tid % kBlockM;
       const bool is_delta = tid >= kBlockM;
@@ -301,11 +371,11 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim>::kTiles.threads(), Ba
   const T* v = static_cast<const T*>(p.v) +
                row_offset(varlen, b, seq.k_row0, j0, h_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
   KLoad::issue(k_addr, k, p.k_row_stride, j1 - j0, p.head_dim, tid);
-  KLoad::issue(v_addr, v, p.v_row_stride, j1 - j0, p.head_dim, tid);
+  VLoad::issue(v_addr, v, p.v_row_stride, j1 - j0, p.head_dim_v, tid);
   cuda::cp_async_commit();
   if (steps > 0) issue_step(0);
 
-  cuda::FragC dk[DkvGrid::kMTiles][DkvGrid::kNTiles], dv[DkvGrid::kMTiles][DkvGrid::kNTiles];
+  cuda::FragC dk[DkGrid::kMTiles][DkGrid::kNTiles], dv[DvGrid::kMTiles][DvGrid::kNTiles];
   zero_fragments(dk);
   zero_fragments(dv);
 
@@ -323,26 +393,32 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim>::kTiles.threads(), Ba
     zero_fragments(pt);
     warp_gemm<T, SdpGrid, kHeadDim / 16, TileRows::kMN, TileRows::kMN, KTile, QTile>(pt, k_addr, q_addr(stage), sdp,
                                                                                      lane);
-    const KeyRange full = band.keys_seen_by_all(st.i0, st.i1);
-    if (j0 < full.lo || j0 + kBlockN > full.hi) mask_scores_transposed(pt, band, sdp, st.i0, j0, lane);
+    if constexpr (kScoreMods) {
+      // pt becomes P^T ∘ (1 - (y/softcap)²); P^T goes to its tile.
+      const BackwardScoreMods mods = BackwardScoreMods::resolve(p, b, st.h, band.diagonal, seq.sq, seq.sk);
+      probabilities_transposed<T, SdpGrid, PTile>(pt, mods, band, lse_smem(stage), st.i0, j0, pt_tile, sdp, lane);
+    } else {
+      const KeyRange full = band.keys_seen_by_all(st.i0, st.i1);
+      if (j0 < full.lo || j0 + kBlockN > full.hi) mask_scores_transposed(pt, band, sdp, st.i0, j0, lane);
 #pragma unroll
-    for (int nt = 0; nt < SdpGrid::kNTiles; ++nt) {
-      const float2 lse = *reinterpret_cast<const float2*>(lse_smem(stage) + sdp.col0(nt) + 2 * t);
+      for (int nt = 0; nt < SdpGrid::kNTiles; ++nt) {
+        const float2 lse = *reinterpret_cast<const float2*>(lse_smem(stage) + sdp.col0(nt) + 2 * t);
 #pragma unroll
-      for (int mt = 0; mt < SdpGrid::kMTiles; ++mt)
+        for (int mt = 0; mt < SdpGrid::kMTiles; ++mt)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          pt[mt][nt].x[2 * r] = cuda::fast_exp2(fmaf(pt[mt][nt].x[2 * r], p.scale_log2, -lse.x));
-          pt[mt][nt].x[2 * r + 1] = cuda::fast_exp2(fmaf(pt[mt][nt].x[2 * r + 1], p.scale_log2, -lse.y));
-        }
+          for (int r = 0; r < 2; ++r) {
+            pt[mt][nt].x[2 * r] = cuda::fast_exp2(fmaf(pt[mt][nt].x[2 * r], p.scale_log2, -lse.x));
+            pt[mt][nt].x[2 * r + 1] = cuda::fast_exp2(fmaf(pt[mt][nt].x[2 * r + 1], p.scale_log2, -lse.y));
+          }
+      }
+      store_fragments<T, SdpGrid, PTile>(pt_tile, pt, sdp, lane);
     }
-    store_fragments<T, SdpGrid, PTile>(pt_tile, pt, sdp, lane);
 
-    // dP^T = V dO^T, then dS^T = P^T ∘ (dP^T - D) in place.
+    // dP^T = V dO^T (over dv), then dS^T = P^T ∘ (dP^T - D) in place.
     cuda::FragC dst[SdpGrid::kMTiles][SdpGrid::kNTiles];
     zero_fragments(dst);
-    warp_gemm<T, SdpGrid, kHeadDim / 16, TileRows::kMN, TileRows::kMN, KTile, QTile>(dst, v_addr, do_addr(stage), sdp,
-                                                                                     lane);
+    warp_gemm<T, SdpGrid, kHeadDimV / 16, TileRows::kMN, TileRows::kMN, VTile, DoTile>(dst, v_addr, do_addr(stage),
+                                                                                       sdp, lane);
 #pragma unroll
     for (int nt = 0; nt < SdpGrid::kNTiles; ++nt) {
       const float2 delta = *reinterpret_cast<const float2*>(delta_smem(stage) + sdp.col0(nt) + 2 * t);
@@ -358,10 +434,10 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim>::kTiles.threads(), Ba
     __syncthreads();  // P^T and dS^T are whole
 
     // dV += P^T dO, dK += dS^T Q: A rows are keys, B rows are queries (the reduction).
-    warp_gemm<T, DkvGrid, kBlockM / 16, TileRows::kMN, TileRows::kK, PTile, QTile>(dv, pt_addr, do_addr(stage), dkv,
-                                                                                   lane);
-    warp_gemm<T, DkvGrid, kBlockM / 16, TileRows::kMN, TileRows::kK, PTile, QTile>(dk, dst_addr, q_addr(stage), dkv,
-                                                                                   lane);
+    warp_gemm<T, DvGrid, kBlockM / 16, TileRows::kMN, TileRows::kK, PTile, DoTile>(dv, pt_addr, do_addr(stage), dvg,
+                                                                                    lane);
+    warp_gemm<T, DkGrid, kBlockM / 16, TileRows::kMN, TileRows::kK, PTile, QTile>(dk, dst_addr, q_addr(stage), dkg,
+                                                                                  lane);
 
     if (p.dq_accum == nullptr) return;  // dQ has its own kernel (deterministic mode)
     accumulate_dq<T, DqGrid, kBlockN / 16, kTiles.dq_pass_slabs, PTile, KTile>(
@@ -379,39 +455,44 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim>::kTiles.threads(), Ba
   cuda::cp_async_wait<0>();  // with no step, K and V are still in flight
   __syncthreads();           // every warp is done with K, V, P^T and dS^T
 #pragma unroll
-  for (int mt = 0; mt < DkvGrid::kMTiles; ++mt)
+  for (int mt = 0; mt < DkGrid::kMTiles; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < DkvGrid::kNTiles; ++nt)
+    for (int nt = 0; nt < DkGrid::kNTiles; ++nt)
 #pragma unroll
       for (int x = 0; x < 4; ++x) dk[mt][nt].x[x] *= p.scale;
-  store_fragments<T, DkvGrid, KTile>(smem, dk, dkv, lane);
-  store_fragments<T, DkvGrid, KTile>(smem + KTile::kBytes, dv, dkv, lane);
+  store_fragments<T, DkGrid, KTile>(smem, dk, dkg, lane);
+  store_fragments<T, DvGrid, VTile>(smem + KTile::kBytes, dv, dvg, lane);
   __syncthreads();
 
   T* dk_out = static_cast<T*>(p.dk) +
               row_offset(varlen, b, seq.k_row0, j0, h_kv, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
   T* dv_out = static_cast<T*>(p.dv) +
               row_offset(varlen, b, seq.k_row0, j0, h_kv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
-  constexpr int kChunksPerRow = kHeadDim / 8;
-  for (int c = tid; c < 2 * kBlockN * kChunksPerRow; c += kThreads) {
-    const bool is_dv = c >= kBlockN * kChunksPerRow;
-    const int row = (c % (kBlockN * kChunksPerRow)) / kChunksPerRow, chunk = c % kChunksPerRow;
-    if (row >= j1 - j0 || chunk * 8 >= p.head_dim) continue;
-    const uint4 value = *reinterpret_cast<const uint4*>(smem + (is_dv ? KTile::kBytes : 0) + KTile::offset(row, chunk));
-    if (is_dv)
-      *reinterpret_cast<uint4*>(dv_out + row * p.dv_row_stride + chunk * 8) = value;
-    else
-      *reinterpret_cast<uint4*>(dk_out + row * p.dk_row_stride + chunk * 8) = value;
+  if constexpr (kHeadDim == kHeadDimV) {
+    constexpr int kChunksPerRow = kHeadDim / 8;
+    for (int c = tid; c < 2 * kBlockN * kChunksPerRow; c += kThreads) {
+      const bool is_dv = c >= kBlockN * kChunksPerRow;
+      const int row = (c % (kBlockN * kChunksPerRow)) / kChunksPerRow, chunk = c % kChunksPerRow;
+      if (row >= j1 - j0 || chunk * 8 >= p.head_dim) continue;
+      const uint4 value = *reinterpret_cast<const uint4*>(smem + (is_dv ? KTile::kBytes : 0) + KTile::offset(row, chunk));
+      if (is_dv)
+        *reinterpret_cast<uint4*>(dv_out + row * p.dv_row_stride + chunk * 8) = value;
+      else
+        *reinterpret_cast<uint4*>(dk_out + row * p.dk_row_stride + chunk * 8) = value;
+    }
+  } else {
+    copy_out_rows<KTile, kThreads>(dk_out, p.dk_row_stride, smem, j1 - j0, p.head_dim, tid);
+    copy_out_rows<VTile, kThreads>(dv_out, p.dv_row_stride, smem + KTile::kBytes, j1 - j0, p.head_dim_v, tid);
   }
 }
 
 // Launches the main kernel only (grid: key blocks, kv heads, batch); the row kernels around it are
 // the caller's (backward_launch.cuh).
-template <int kHeadDim, class T>
+template <int kHeadDim, int kHeadDimV, class T, bool kScoreMods>
 cudaError_t launch_backward_main(const BackwardKernelParams& p, cudaStream_t stream) {
-  constexpr BackwardTiles kTiles = BackwardPolicy<kHeadDim>::kTiles;
+  constexpr BackwardTiles kTiles = BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles;
   if (p.seqlen_k <= 0 || p.batch <= 0 || p.heads_q <= 0) return cudaSuccess;
-  const auto kernel = backward_kernel<kHeadDim, T>;
+  const auto kernel = backward_kernel<kHeadDim, kHeadDimV, T, kScoreMods>;
   constexpr int kSmem = kTiles.smem_bytes();
   if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       e != cudaSuccess)

@@ -1,6 +1,7 @@
 // Definition of launch_backward: preprocess (grid: query row groups, heads_q, batch), the main
 // kernel (grid: key blocks, heads_kv, batch; dynamic shared memory from the tile policy), then dQ,
-// in stream order. dQ comes from one of two places, chosen by the workspace layout (backward.cu):
+// in stream order. The main and dQ kernels run their score-modifier variant (softcap, ALiBi,
+// bias, mask) only when one is on, so that the plain path carries none of it. dQ comes from one of two places, chosen by the workspace layout (backward.cu):
 //   p.dq_accum set:  the main kernel adds dS·K into the fp32 accumulator with atomics, and the
 //                    convert kernel scales and rounds it (fast; the last bits depend on the order
 //                    of the adds);
@@ -28,25 +29,37 @@ cudaError_t allow_shared_memory(Kernel kernel, int bytes) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
-template <int kHeadDim, DType kDType>
-cudaError_t launch_backward(const BackwardKernelParams& p, cudaStream_t stream) {
-  using T = typename BackwardStorageType<kDType>::type;
+// The deterministic mode's dQ kernel (grid: query blocks, heads_q, batch).
+template <int kHeadDim, int kHeadDimV, class T, bool kScoreMods>
+cudaError_t launch_backward_dq(const BackwardKernelParams& p, cudaStream_t stream) {
+  constexpr BackwardDqTiles kTiles = BackwardDqPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles;
+  const auto kernel = backward_dq_kernel<kHeadDim, kHeadDimV, T, kScoreMods>;
+  if (cudaError_t e = allow_shared_memory(kernel, kTiles.smem_bytes()); e != cudaSuccess) return e;
+  const dim3 grid((p.seqlen_q + kTiles.block_m - 1) / kTiles.block_m, p.heads_q, p.batch);
+  kernel<<<grid, kTiles.threads(), kTiles.smem_bytes(), stream>>>(p);
+  return cudaSuccess;
+}
+
+template <int kHeadDim, int kHeadDimV, class T, bool kScoreMods>
+cudaError_t launch_backward_variant(const BackwardKernelParams& p, cudaStream_t stream) {
   const dim3 row_grid((p.seqlen_q + kRowsPerRowBlock - 1) / kRowsPerRowBlock, p.heads_q, p.batch);
   const bool has_rows = p.seqlen_q > 0;
   const bool deterministic = p.dq_accum == nullptr;
   if (has_rows) backward_preprocess_kernel<T><<<row_grid, kRowKernelWarps * 32, 0, stream>>>(p);
   if (p.seqlen_k > 0)
-    if (cudaError_t e = launch_backward_main<kHeadDim, T>(p, stream); e != cudaSuccess) return e;
+    if (cudaError_t e = launch_backward_main<kHeadDim, kHeadDimV, T, kScoreMods>(p, stream); e != cudaSuccess)
+      return e;
   if (has_rows && !deterministic) backward_convert_dq_kernel<T><<<row_grid, kRowKernelWarps * 32, 0, stream>>>(p);
-  if (has_rows && deterministic) {
-    // Also with seqlen_k = 0: rows that see no key get dQ = 0.
-    constexpr BackwardDqTiles kTiles = BackwardDqPolicy<kHeadDim>::kTiles;
-    const auto kernel = backward_dq_kernel<kHeadDim, T>;
-    if (cudaError_t e = allow_shared_memory(kernel, kTiles.smem_bytes()); e != cudaSuccess) return e;
-    const dim3 grid((p.seqlen_q + kTiles.block_m - 1) / kTiles.block_m, p.heads_q, p.batch);
-    kernel<<<grid, kTiles.threads(), kTiles.smem_bytes(), stream>>>(p);
-  }
+  if (has_rows && deterministic)  // also with seqlen_k = 0: rows that see no key get dQ = 0
+    if (cudaError_t e = launch_backward_dq<kHeadDim, kHeadDimV, T, kScoreMods>(p, stream); e != cudaSuccess) return e;
   return cudaGetLastError();
+}
+
+template <int kHeadDim, int kHeadDimV, DType kDType>
+cudaError_t launch_backward(const BackwardKernelParams& p, cudaStream_t stream) {
+  using T = typename BackwardStorageType<kDType>::type;
+  return p.has_score_mods() ? launch_backward_variant<kHeadDim, kHeadDimV, T, true>(p, stream)
+                            : launch_backward_variant<kHeadDim, kHeadDimV, T, false>(p, stream);
 }
 
 }  // namespace flashattn::detail::sm80

@@ -10,9 +10,9 @@ namespace flashattn::detail::sm80 {
 struct BackwardKernelParams {
   const void* q;    // [batch, seqlen_q, heads_q,  head_dim]
   const void* k;    // [batch, seqlen_k, heads_kv, head_dim]
-  const void* v;    // [batch, seqlen_k, heads_kv, head_dim]
-  const void* o;    // [batch, seqlen_q, heads_q,  head_dim]
-  const void* d_o;  // [batch, seqlen_q, heads_q,  head_dim]
+  const void* v;    // [batch, seqlen_k, heads_kv, head_dim_v]
+  const void* o;    // [batch, seqlen_q, heads_q,  head_dim_v]
+  const void* d_o;  // [batch, seqlen_q, heads_q,  head_dim_v]
   const float* lse;  // [batch, heads_q, seqlen_q] (varlen: [heads_q, total_q]), natural log
   void* dq;         // like q
   void* dk;         // like k
@@ -41,7 +41,8 @@ struct BackwardKernelParams {
   int batch;
   int seqlen_q, seqlen_k;  // varlen: upper bounds (they size the grid and the workspace)
   int heads_q, group;      // group = heads_q / heads_kv
-  int head_dim;            // runtime head dim (of q, k, v and o alike), a multiple of 8
+  int head_dim;            // runtime head dim of q and k (and dq, dk), a multiple of 8
+  int head_dim_v;          // runtime head dim of v, o and dO (and dv), a multiple of 8
 
   float scale;       // softmax scale
   float scale_log2;  // scale · log2(e)
@@ -50,6 +51,21 @@ struct BackwardKernelParams {
   bool bottom_right;
   int window_left;
   int window_right;
+
+  // Score modifiers, as in ForwardKernelParams (problem.hpp's ScoreMods, in this order on the
+  // scaled score); they get no gradient. A kernel variant without them runs when all are off.
+  float softcap;                    // > 0: x -> softcap tanh(x / softcap); 0: off
+  const float* maybe_alibi_slopes;  // slope of (b, h) = [b * alibi_batch_stride + h]; null: off
+  int64_t alibi_batch_stride;
+  const void* maybe_bias;  // [batch, heads_q, seqlen_q, seqlen_k] of bias_dtype, strides below; null: off
+  int bias_dtype;          // 0 fp32, 1 fp16, 2 bf16 (flashattn::DType's values)
+  int64_t bias_batch_stride, bias_head_stride, bias_row_stride;
+  const uint8_t* maybe_mask;  // [batch, heads_q, seqlen_q, seqlen_k], nonzero = attend; null: off
+  int64_t mask_batch_stride, mask_head_stride, mask_row_stride;
+
+  bool has_score_mods() const {
+    return softcap != 0.0f || maybe_alibi_slopes != nullptr || maybe_bias != nullptr || maybe_mask != nullptr;
+  }
 };
 
 // Workspace bytes for the arrays above, plus slack to align the start. The order: dq_accum (when

@@ -1,5 +1,5 @@
 // The sm80 backward's row kernels and the indexing they share with the main kernels:
-//   preprocess: D = rowsum(dO ∘ O) and lse·log2(e) per query row into the workspace, and the row's
+//   preprocess: D = rowsum(dO ∘ O) (over head_dim_v) and lse·log2(e) per query row into the workspace, and the row's
 //               fp32 dQ accumulator zeroed (when the workspace has one: p.dq_accum not null);
 //   convert:    dQ = scale · accumulator, rounded to the storage type.
 // Rows that see no key (lse = -inf) get lse·log2e = +inf, so their P is exp2(-inf) = 0.
@@ -62,7 +62,8 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32) backward_preprocess_kern
   const int h = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const BackwardSequence seq = backward_sequence(p, b);
   const bool varlen = p.maybe_cu_seqlens_q != nullptr;
-  const bool has_chunk = lane * 8 < p.head_dim;
+  const bool has_chunk = lane * 8 < p.head_dim_v;  // of O and dO
+  const bool has_dq_chunk = lane * 8 < p.head_dim;
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int i = blockIdx.x * kRowsPerRowBlock + warp * kRowsPerWarp + r;
@@ -90,7 +91,7 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32) backward_preprocess_kern
       p.delta[row] = dot;
       p.lse_log2[row] = lse == -INFINITY ? INFINITY : lse * cuda::kLog2e;
     }
-    if (has_chunk && p.dq_accum != nullptr) {
+    if (has_dq_chunk && p.dq_accum != nullptr) {
       float4* acc = reinterpret_cast<float4*>(p.dq_accum + row * p.head_dim + lane * 8);
       acc[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       acc[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);

@@ -2,5 +2,5 @@
 #include "cuda/sm80/backward_launch.cuh"
 
 namespace flashattn::detail::sm80 {
-template cudaError_t launch_backward<96, DType::kBFloat16>(const BackwardKernelParams&, cudaStream_t);
+template cudaError_t launch_backward<96, 96, DType::kBFloat16>(const BackwardKernelParams&, cudaStream_t);
 }  // namespace flashattn::detail::sm80
