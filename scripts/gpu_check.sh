@@ -36,7 +36,7 @@ regs, cur = collections.defaultdict(dict), None
 for line in open(sys.argv[1], errors="replace"):
     m = re.search(r"Compiling entry function '(\S+)' for '(sm_\w+)'", line)
     if m:
-        k = re.search(r"forward_kernelILi(\d+)ELi(\d+)E(\w+?)Lb([01])E", m.group(1))
+        k = re.search(r"4sm80\d+forward_kernelILi(\d+)ELi(\d+)E(\w+?)Lb([01])E", m.group(1))
         cur = None
         if k:
             dtype = "bf16" if "bfloat16" in k.group(3) else "fp16"
@@ -76,16 +76,17 @@ if has sanitize; then
       --gtest_filter='*Small*' > "$LOGS/memcheck.log" 2>&1 && echo "memcheck: clean" || { tail -30 "$LOGS/memcheck.log"; exit 1; }
   step "compute-sanitizer racecheck (a few small cases)"
   compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/flashattn_cuda_tests" --gtest_brief=1 \
-      --gtest_filter='*Small*q203_k113*:*Small*varlen*:*SmallRepeat*:Sm80BackwardSmall.VarlenWithEmptySequences:Sm80BackwardSmall.GqaMqa:Sm80BackwardSmall.DeterministicRunsAreBitIdentical:Sm90Pipeline.*' > "$LOGS/racecheck.log" 2>&1 \
+      --gtest_filter='*Small*q203_k113*:*Small*varlen*:*SmallRepeat*:Sm80BackwardSmall.VarlenWithEmptySequences:Sm80BackwardSmall.GqaMqa:Sm80BackwardSmall.DeterministicRunsAreBitIdentical:Sm80BackwardSmall.AllModsGqaVarlen:Sm90Pipeline.*:*Sm90ForwardSmall*d128*' > "$LOGS/racecheck.log" 2>&1 \
       && echo "racecheck: clean" || { tail -30 "$LOGS/racecheck.log"; exit 1; }
 fi
 
 if has sass; then
   step "SASS instruction mix (sm_90a, per kernel)"
-  for obj in "$BUILD"/src/cuda/CMakeFiles/flashattn_cuda.dir/sm80/instantiations/forward_hdim*_bf16.cu.o; do
+  for obj in "$BUILD"/src/cuda/CMakeFiles/flashattn_cuda.dir/sm80/instantiations/forward_hdim*_bf16.cu.o \
+             "$BUILD"/src/cuda/CMakeFiles/flashattn_cuda*.dir/sm90/instantiations/*bf16*.cu.o; do
     cuobjdump -sass -arch sm_90a "$obj" > "$LOGS/sass.txt" 2>/dev/null || continue
-    printf "  %-24s" "$(basename "$obj" .cu.o)"
-    for op in HMMA LDSM LDGSTS MUFU.EX2 BAR.SYNC LDL STL; do printf " %s=%s" "$op" "$(grep -c "$op" "$LOGS/sass.txt")"; done
+    printf "  %-30s" "$(basename "$(dirname "$(dirname "$obj")")")/$(basename "$obj" .cu.o)"
+    for op in HMMA HGMMA LDSM LDGSTS UTMALDG SYNCS MUFU.EX2 BAR.SYNC LDL STL; do printf " %s=%s" "$op" "$(grep -c "$op" "$LOGS/sass.txt")"; done
     echo
   done
 fi
