@@ -473,7 +473,7 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
     for (int c = tid; c < 2 * kBlockN * kChunksPerRow; c += kThreads) {
       const bool is_dv = c >= kBlockN * kChunksPerRow;
       const int row = (c % (kBlockN * kChunksPerRow)) / kChunksPerRow, chunk = c % kChunksPerRow;
-      if (row >= j1 - j0 || chunk * 8 >= p.head_dim) continue;
+      if (row >= j1 - j0 || chunk * 8 >= (is_dv ? p.head_dim_v : p.head_dim)) continue;  // runtime widths
       const uint4 value = *reinterpret_cast<const uint4*>(smem + (is_dv ? KTile::kBytes : 0) + KTile::offset(row, chunk));
       if (is_dv)
         *reinterpret_cast<uint4*>(dv_out + row * p.dv_row_stride + chunk * 8) = value;
