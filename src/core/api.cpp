@@ -96,10 +96,13 @@ Plan<ForwardParams> select_forward(const ForwardParams& p, const Launch& launch)
 #ifdef FLASHATTN_WITH_CUDA
     plan.device = true;
     if ((plan.status = validate_forward(p, /*host_cu_seqlens=*/false)); !plan.status) return plan;
-    // kAuto on device data: the Hopper kernel where it takes the problem, else the sm80 one.
-    if (launch.backend == Backend::kAuto && cuda_sm90_forward_supported(p)) b = Backend::kCudaSm90;
+    // kAuto on device data: the Hopper kernel where it takes the problem, else the sm80 one (its
+    // supported() is asked once: it encodes tensor maps, a cost a tiny call notices).
+    const bool ask_sm90 = b == Backend::kCudaSm90 || launch.backend == Backend::kAuto;
+    const Status sm90 = ask_sm90 ? cuda_sm90_forward_supported(p) : Status{StatusCode::kNotSupported, {}};
+    if (launch.backend == Backend::kAuto && sm90) b = Backend::kCudaSm90;
     if (b == Backend::kCudaSm90) {
-      if ((plan.status = cuda_sm90_forward_supported(p)); !plan.status) return plan;
+      if ((plan.status = sm90); !plan.status) return plan;
       plan.run = run_cuda_sm90_forward;
       plan.workspace_bytes = with_slack(cuda_sm90_forward_workspace(p));
       return plan;
