@@ -45,7 +45,7 @@ enum class Alignment : int32_t { kBottomRight = 0, kTopLeft = 1 };
 // the GPU path when q is device memory, else the CPU. The reference (fp64 textbook attention) and
 // standard (fp32, S and P materialised) backends are exact CPU baselines for tests and benchmarks.
 // kCudaSm80: FlashAttention-2-class tensor-core kernels for compute capability >= 8.0 (fp16/bf16;
-// forward with every option, backward with a subset: see README). Its backward accumulates dQ with
+// forward and backward with every option: see README). Its backward accumulates dQ with
 // fp32 atomics by default, so dQ may differ in the last bits between runs (dK and dV do not);
 // BackwardParams::deterministic computes dQ without atomics, bit-identical from run to run.
 // kCudaSm90: the Hopper forward (compute capability 9.0; TMA, wgmma, warp-specialised) for the
