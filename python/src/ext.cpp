@@ -524,7 +524,7 @@ int64_t backward(InArray do_, InArray q_, InArray k_, InArray v_, InArray o_, In
     check_ndim(*t, q.ndim, "like q");
     const int64_t last = (t == &o || t == &d_o) ? p.head_dim_v : ref->size(-1);
     for (int64_t i = 0; i + 1 < q.ndim; ++i) check_dim(*t, i, ref->size(i), ref == &q ? "the size of q" : "its input's size");
-    check_dim(*t, q.ndim - 1, last, "head_dim");
+    check_dim(*t, q.ndim - 1, last, (t == &o || t == &d_o || t == &dv) ? "head_dim_v" : "head_dim");
     if (t->dtype != q.dtype)
       type_error(std::string(t->name) + ": expected the dtype of q (" + dtype_str(q.dtype) + "), got " + dtype_str(t->dtype));
   }

@@ -23,19 +23,20 @@ struct Plan {
   size_t workspace_bytes = 0;
   int threads = 1;
   bool device = false;  // a GPU backend: workspace must come from the caller, run() enqueues on launch.stream
-  void (*run)(const Params&, void* workspace, int threads, void* stream) = nullptr;
+  Status (*run)(const Params&, void* workspace, int threads, void* stream) = nullptr;
 };
 
-void run_reference_forward(const ForwardParams& p, void*, int, void*) { reference_forward(p); }
-void run_reference_backward(const BackwardParams& p, void*, int, void*) { reference_backward(p); }
+Status run_reference_forward(const ForwardParams& p, void*, int, void*) { return reference_forward(p), Status{}; }
+Status run_reference_backward(const BackwardParams& p, void*, int, void*) { return reference_backward(p), Status{}; }
 template <void (*F)(const ForwardParams&, void*, int)>
-void run_cpu(const ForwardParams& p, void* ws, int threads, void*) { F(p, ws, threads); }
+Status run_cpu(const ForwardParams& p, void* ws, int threads, void*) { return F(p, ws, threads), Status{}; }
 template <void (*F)(const BackwardParams&, void*, int)>
-void run_cpu(const BackwardParams& p, void* ws, int threads, void*) { F(p, ws, threads); }
+Status run_cpu(const BackwardParams& p, void* ws, int threads, void*) { return F(p, ws, threads), Status{}; }
 #ifdef FLASHATTN_WITH_CUDA
-void run_cuda_sm80_forward(const ForwardParams& p, void* ws, int, void* stream) { cuda_sm80_forward(p, ws, stream); }
-void run_cuda_sm90_forward(const ForwardParams& p, void* ws, int, void* stream) { cuda_sm90_forward(p, ws, stream); }
-void run_cuda_sm80_backward(const BackwardParams& p, void* ws, int, void* stream) { cuda_sm80_backward(p, ws, stream); }
+// The GPU backends enqueue on the stream and report a failed launch (kInternal), not the kernels' end.
+Status run_cuda_sm80_forward(const ForwardParams& p, void* ws, int, void* stream) { return cuda_sm80_forward(p, ws, stream); }
+Status run_cuda_sm90_forward(const ForwardParams& p, void* ws, int, void* stream) { return cuda_sm90_forward(p, ws, stream); }
+Status run_cuda_sm80_backward(const BackwardParams& p, void* ws, int, void* stream) { return cuda_sm80_backward(p, ws, stream); }
 #endif
 
 Status check_head_dims(const AttentionParams& p, Backend b, int64_t max_dim) {
@@ -178,8 +179,7 @@ Status execute(const Plan<Params>& plan, const Params& p, const Launch& launch) 
     if (launch.workspace_bytes < plan.workspace_bytes)
       return {StatusCode::kWorkspaceTooSmall, "launch.workspace_bytes: need " + std::to_string(plan.workspace_bytes) +
                                                   " bytes, got " + std::to_string(launch.workspace_bytes)};
-    plan.run(p, plan.workspace_bytes ? align_up(launch.workspace) : nullptr, plan.threads, launch.stream);
-    return {};
+    return plan.run(p, plan.workspace_bytes ? align_up(launch.workspace) : nullptr, plan.threads, launch.stream);
   }
   if (plan.device && plan.workspace_bytes > 0)
     return invalid("launch.workspace: the GPU backend needs " + std::to_string(plan.workspace_bytes) +
@@ -192,8 +192,7 @@ Status execute(const Plan<Params>& plan, const Params& p, const Launch& launch) 
     if (!ws) return {StatusCode::kInternal, "out of memory allocating " + std::to_string(plan.workspace_bytes) +
                                                 " bytes of workspace"};
   }
-  plan.run(p, ws.get(), plan.threads, launch.stream);  // aligned_alloc is already aligned; the slack goes unused
-  return {};
+  return plan.run(p, ws.get(), plan.threads, launch.stream);  // aligned_alloc is already aligned; the slack goes unused
 }
 
 }  // namespace

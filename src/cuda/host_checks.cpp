@@ -35,6 +35,37 @@ bool current_device(Device* device) {
   return true;
 }
 
+#ifndef FLASHATTN_CUDA_SASS_TARGETS
+#define FLASHATTN_CUDA_SASS_TARGETS 800, 901
+#endif
+#ifndef FLASHATTN_CUDA_PTX_ARCH
+#define FLASHATTN_CUDA_PTX_ARCH 0
+#endif
+
+std::string missing_code(const Device& device) {
+  constexpr int kSass[] = {FLASHATTN_CUDA_SASS_TARGETS};  // 10 x arch, + 1 for arch-specific "a" targets
+  constexpr int kPtx = FLASHATTN_CUDA_PTX_ARCH;
+  const int cc = device.major * 10 + device.minor;
+  std::string built;
+  for (int t : kSass) {
+    const int arch = t / 10;
+    const bool specific = t % 10 == 1;
+    if (specific ? cc == arch : (cc / 10 == arch / 10 && cc >= arch)) return {};
+    built += (built.empty() ? "sm_" : ", sm_") + std::to_string(arch) + (specific ? "a" : "");
+  }
+  if (kPtx > 0 && cc >= kPtx) return {};
+  return "compute capability " + std::to_string(device.major) + "." + std::to_string(device.minor) +
+         ": this build has machine code for " + (built.empty() ? std::string("no device") : built) +
+         (kPtx > 0 ? " and PTX for compute_" + std::to_string(kPtx) : std::string(" and no PTX")) +
+         " (add the device to FLASHATTN_CUDA_GENCODE)";
+}
+
+Status last_launch_status(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return {};
+  return {StatusCode::kInternal, std::string(what) + ": launch failed: " + cudaGetErrorString(e)};
+}
+
 std::string index_limits(const Dims& d) {
   constexpr int64_t kMaxGridYZ = 65535;
   if (d.seqlen_q + d.seqlen_k > std::numeric_limits<int32_t>::max())

@@ -42,6 +42,14 @@ struct Device {
 // The current device; false (and the CUDA error cleared) when there is none usable.
 bool current_device(Device* device);
 
+// Why this build has no code the device can run (empty when it has): machine code runs on devices of
+// its major version from its minor on (sm_90a on 9.0 alone), PTX on every later device.
+std::string missing_code(const Device& device);
+
+// The status of the launches just enqueued: kInternal naming `what` and the CUDA error when one
+// failed (cudaGetLastError: a launch error is otherwise left for an unrelated later call to find).
+Status last_launch_status(const char* what);
+
 // What the kernels' 32-bit row indices and grid y/z dimensions cannot hold; empty when d fits.
 std::string index_limits(const Dims& d);
 

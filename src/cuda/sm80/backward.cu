@@ -164,6 +164,7 @@ Status cuda_sm80_backward_supported(const BackwardParams& p) {
   if (device.major < 8)
     return not_supported("compute capability " + std::to_string(device.major) + "." + std::to_string(device.minor) +
                          " (needs 8.0 or later)");
+  if (const std::string missing = cuda_host::missing_code(device); !missing.empty()) return not_supported(missing);
   // The main kernel's shared memory, and the dQ kernel's in the deterministic mode, of the variant
   // the launcher picks by the same test.
   const bool score_mods = kernel_params(p, nullptr).has_score_mods();
@@ -192,10 +193,13 @@ size_t cuda_sm80_backward_workspace(const BackwardParams& p) {
   return static_cast<size_t>(sm80::backward_workspace_bytes(d.batch, d.heads_q, d.seqlen_q, d.head_dim, p.deterministic));
 }
 
-void cuda_sm80_backward(const BackwardParams& p, void* workspace, void* stream) {
+Status cuda_sm80_backward(const BackwardParams& p, void* workspace, void* stream) {
   const BackwardInstance* inst = pick_instance(p);
-  if (inst == nullptr || p.batch == 0 || p.heads_q == 0 || (p.seqlen_q == 0 && p.seqlen_k == 0)) return;
-  inst->launch(kernel_params(p, workspace), static_cast<cudaStream_t>(stream));
+  if (inst == nullptr || p.batch == 0 || p.heads_q == 0 || (p.seqlen_q == 0 && p.seqlen_k == 0)) return {};
+  if (const cudaError_t e = inst->launch(kernel_params(p, workspace), static_cast<cudaStream_t>(stream));
+      e != cudaSuccess)
+    return {StatusCode::kInternal, std::string("cuda sm80 backward: launch failed: ") + cudaGetErrorString(e)};
+  return {};
 }
 
 }  // namespace flashattn::detail

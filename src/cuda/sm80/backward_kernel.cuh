@@ -469,6 +469,7 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
   T* dv_out = static_cast<T*>(p.dv) +
               row_offset(varlen, b, seq.k_row0, j0, h_kv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
   if constexpr (kHeadDim == kHeadDimV) {
+    // One loop over dK and dV (two copy_out_rows calls here spill 4 bytes in the d = 192 mods variant).
     constexpr int kChunksPerRow = kHeadDim / 8;
     for (int c = tid; c < 2 * kBlockN * kChunksPerRow; c += kThreads) {
       const bool is_dv = c >= kBlockN * kChunksPerRow;

@@ -146,6 +146,7 @@ Status cuda_sm80_forward_supported(const ForwardParams& p) {
   if (device.major < 8)
     return not_supported("compute capability " + std::to_string(device.major) + "." + std::to_string(device.minor) +
                          " (needs 8.0 or later)");
+  if (const std::string missing = cuda_host::missing_code(device); !missing.empty()) return not_supported(missing);
   // The launcher picks the kernel variant by the same test.
   const bool score_mods = kernel_params(p).has_score_mods();
   const ForwardTiles tiles = sm80::forward_tiles(inst->head_dim, inst->head_dim_v, score_mods);
@@ -175,10 +176,12 @@ bool cuda_is_device_pointer(const void* ptr) {
 
 size_t cuda_sm80_forward_workspace(const ForwardParams&) { return 0; }
 
-void cuda_sm80_forward(const ForwardParams& p, void* /*workspace*/, void* stream) {
+Status cuda_sm80_forward(const ForwardParams& p, void* /*workspace*/, void* stream) {
   const Instance* inst = pick_instance(p);
-  if (inst == nullptr || p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return;  // nothing to launch
-  inst->launch(kernel_params(p), static_cast<cudaStream_t>(stream));
+  if (inst == nullptr || p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return {};  // nothing to launch
+  if (const cudaError_t e = inst->launch(kernel_params(p), static_cast<cudaStream_t>(stream)); e != cudaSuccess)
+    return {StatusCode::kInternal, std::string("cuda sm80 forward: launch failed: ") + cudaGetErrorString(e)};
+  return {};
 }
 
 }  // namespace flashattn::detail

@@ -71,23 +71,4 @@ __device__ __forceinline__ void apply_band_mask(cuda::FragC (&s)[kMTiles][kNTile
     }
 }
 
-// Scores of S^T (rows: the warp's 16 keys from j_row0; columns: queries from i0) outside the band
-// become -inf.
-template <int kQTiles>
-__device__ __forceinline__ void apply_band_mask_transposed(cuda::FragC (&st)[1][kQTiles], const Band& band, int i0,
-                                                           int j_row0, int lane) {
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int nt = 0; nt < kQTiles; ++nt)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const KeyRange keys = band.visible_keys(i0 + nt * 8 + 2 * t + e);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int j = j_row0 + g + 8 * r;
-        if (j < keys.lo || j >= keys.hi) st[0][nt].x[2 * r + e] = -INFINITY;
-      }
-    }
-}
-
 }  // namespace flashattn::detail::sm80

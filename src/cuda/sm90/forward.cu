@@ -153,12 +153,18 @@ Status cuda_sm90_forward_supported(const ForwardParams& p) {
 
 size_t cuda_sm90_forward_workspace(const ForwardParams&) { return 0; }
 
-void cuda_sm90_forward(const ForwardParams& p, void* /*workspace*/, void* stream) {
+Status cuda_sm90_forward(const ForwardParams& p, void* /*workspace*/, void* stream) {
   const Instance* inst = pick_instance(p);
-  if (inst == nullptr || p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return;  // nothing to launch
+  if (inst == nullptr || p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return {};  // nothing to launch
   ForwardKernelParams k;
-  if (!kernel_params(p, *inst, &k)) return;  // supported() encoded the same maps already
-  inst->launch(k, static_cast<int>(p.batch), static_cast<int>(p.heads_q), static_cast<cudaStream_t>(stream));
+  // supported() encoded the same maps (for its checks), so this does not fail; it is encoded again
+  // here because the maps travel by value in the kernel's parameters.
+  if (const Status s = kernel_params(p, *inst, &k); !s) return {StatusCode::kInternal, "cuda sm90 forward: " + s.message};
+  if (const cudaError_t e =
+          inst->launch(k, static_cast<int>(p.batch), static_cast<int>(p.heads_q), static_cast<cudaStream_t>(stream));
+      e != cudaSuccess)
+    return {StatusCode::kInternal, std::string("cuda sm90 forward: launch failed: ") + cudaGetErrorString(e)};
+  return {};
 }
 
 }  // namespace flashattn::detail
