@@ -20,6 +20,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.hpp"
@@ -658,6 +659,18 @@ std::vector<Case> small_cases() {
     cases.push_back(causal(make(kBf16, 1, 203, 113, 2, 1, d)));
     cases.push_back(make(kFp16, 1, 113, 203, 2, 2, d));
   }
+  // The pipelined schedules (policy.hpp: ping-pong, overlap) at every instantiation: one key tile
+  // (only the first and last phases), then odd tile counts (3, 5) so that the consumers' turns do
+  // not come out even; Bc = 128, 128, 128, 96, 80.
+  for (auto [d, bc] : {std::pair<int64_t, int64_t>{64, 128}, {96, 128}, {128, 128}, {192, 96}, {256, 80}})
+    for (int64_t sk : {bc - 5, 2 * bc + 7, 4 * bc + 1})
+      cases.push_back(make(sk == 2 * bc + 7 ? kFp16 : kBf16, 1, 203, sk, 2, 1, d));
+  // A key tile that one consumer's rows see and another's do not (its scores all -inf for that
+  // consumer, first in the walk under causal masking), the other consumers' turns still taken.
+  cases.push_back(causal(make(kBf16, 1, 203, 267, 2, 2, 128)));   // Br 128: rows 0-63 stop at key 127
+  cases.push_back(causal(make(kFp16, 1, 300, 364, 2, 2, 64)));    // Br 192, three consumers
+  cases.push_back(causal(make(kBf16, 1, 203, 219, 2, 2, 256)));   // Bc 80: rows 0-63 stop at key 79
+  cases.push_back(window(make(kBf16, 1, 300, 300, 2, 2, 96), 40, 0));  // rows 192-255 skip keys < 152
   // Softcap (saturating with scale 1).
   cases.push_back(softcap(causal(make(kBf16, 2, 203, 203, 2, 2, 64)), 30.0f));
   cases.push_back(softcap(make(kFp16, 1, 113, 203, 2, 2, 128), 5.0f, 1.0f));

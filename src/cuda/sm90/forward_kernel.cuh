@@ -1,4 +1,4 @@
-// The Hopper forward (sm_90a), FlashAttention-3's warp-specialised design, step 1 of
+// The Hopper forward (sm_90a), FlashAttention-3's warp-specialised design, steps 1-3 of
 // docs/hopper_forward.md. One block owns Br = 64 C query rows of one (batch, head):
 //
 //   producer warpgroup (one thread):  Q once, then K(n), V(n) for the visible key tiles, last to
@@ -9,6 +9,13 @@
 //       release K, mask, online softmax in registers on the accumulator layout, O += P V with P from
 //       registers (wgmma_rs, V read MN-major), release V; then O / l and lse, written through the
 //       consumer's own rows of the Q tile with 16-byte stores, rows past seqlen_q not written.
+//
+// The consumers' schedule is the policy's (policy.hpp). Step 1 (serial): S(j), wait, softmax, P V,
+// wait. Steps 2-3 (pipelined): in phases; phase j issues S(j) and O += P(j-1) V(j-1) together (the
+// first phase S(0) alone, the last P(N-1) V(N-1) alone), then computes the softmax of S(j):
+//   overlap   after wgmma_wait<1> (S(j) done, P(j-1) V(j-1) still running), else after wait<0>;
+//   pingpong  phases are issued in turns, consumer 0, 1, ..., C-1, 0, ... (GemmTurns below).
+// o *= alpha(j-1) happens just before O += P(j-1) V(j-1) is issued, when o is not in flight.
 //
 // Slot protocol: tile number i (0, 1, ... in issue order) uses slot i % stages in round
 // i / stages; consumers wait full with parity round & 1; the producer waits empty with parity
@@ -40,8 +47,37 @@ namespace flashattn::detail::sm90 {
 
 namespace hw = cuda::sm90;
 
-// Named barriers (0 is __syncthreads): consumer c's epilogue barrier is kConsumerEpilogue + c.
-enum class NamedBarrier : int { kConsumerEpilogue = 1 };
+// Named barriers (0 is __syncthreads), one of each kind per consumer c: id kind + c.
+enum class NamedBarrier : int {
+  kConsumerEpilogue = 1,                                   // the consumer's 128 threads
+  kGemmTurn = kConsumerEpilogue + ForwardTiles::kMaxConsumers,  // the consumer and its predecessor
+};
+static_assert(static_cast<int>(NamedBarrier::kGemmTurn) + ForwardTiles::kMaxConsumers <= 16, "16 named barriers");
+
+// Ping-pong (step 2): the consumers issue their GEMM phases in a ring, 0, 1, ..., C-1, 0, ...
+// Consumer c waits for its turn on barrier kGemmTurn + c (bar.sync) and, once its GEMMs are issued,
+// hands the turn to c + 1 (bar.arrive on kGemmTurn + (c + 1) % C); each use of a barrier counts
+// 2 x 128 threads, the waiting consumer's and the arriving one's. Every consumer runs the same
+// number of phases (the tile range is the block's), so for the arrivals on each barrier to match
+// its waits exactly, consumer 0 does not wait for its first phase (it starts the ring) and consumer
+// C-1 does not hand over after its last one (nobody waits for it). A barrier never holds arrivals
+// of two phases: a hand-over follows its sender's own turn, which the ring places after the
+// receiver's previous turn. kEnabled = false: no barriers at all.
+template <int kConsumers, bool kEnabled>
+struct GemmTurns {
+  static constexpr int kThreads = 2 * hw::kWarpgroupThreads;
+  int c;
+
+  __device__ __forceinline__ void take(bool first_phase) const {
+    if constexpr (kEnabled)
+      if (!(first_phase && c == 0)) hw::named_barrier_sync(static_cast<int>(NamedBarrier::kGemmTurn) + c, kThreads);
+  }
+  __device__ __forceinline__ void pass(bool last_phase) const {
+    if constexpr (kEnabled)
+      if (!(last_phase && c == kConsumers - 1))
+        hw::named_barrier_arrive(static_cast<int>(NamedBarrier::kGemmTurn) + (c + 1) % kConsumers, kThreads);
+  }
+};
 
 // Keeps the compiler from reusing the registers of P while a wgmma_rs may still read them (it
 // believes they are consumed at issue): place after the wgmma_wait that retires the group.
@@ -164,47 +200,133 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
   OnlineSoftmax softmax;
   softmax.init();
 
-  if (n_tiles > 0) hw::mbarrier_wait(bar(bars.q_full), 0);
-  for (int i = 0; i < n_tiles; ++i) {
-    const int n = tiles.n_end - 1 - i, slot = i % kStages, j0 = n * kBlockN;
-    const uint32_t full_parity = (i / kStages) & 1;
-
-    // S = Q K(n)ᵀ
-    float s[kS];
-    hw::mbarrier_wait(bar(bars.k_full[slot]), full_parity);
+  // The parts of one tile, by its number i in issue order (key tile n = n_end - 1 - i, slot
+  // i % stages, full in round i / stages).
+  const auto slot_of = [](int i) { return i % kStages; };
+  const auto parity_of = [](int i) { return static_cast<uint32_t>((i / kStages) & 1); };
+  const auto wait_k = [&](int i) { hw::mbarrier_wait(bar(bars.k_full[slot_of(i)]), parity_of(i)); };
+  const auto wait_v = [&](int i) { hw::mbarrier_wait(bar(bars.v_full[slot_of(i)]), parity_of(i)); };
+  const auto release_k = [&](int i) { hw::mbarrier_arrive(bar(bars.k_empty[slot_of(i)])); };
+  const auto release_v = [&](int i) { hw::mbarrier_arrive(bar(bars.v_empty[slot_of(i)])); };
+  // S = Q K(i)ᵀ, issued and committed as one group; s belongs to the tensor cores until a wait
+  // retires the group (then wgmma_fence_operand(s)).
+  const auto issue_s = [&](float(&s)[kS], int i) {
     hw::wgmma_fence();
 #pragma unroll
     for (int k16 = 0; k16 < kHeadDim / 16; ++k16)
-      hw::wgmma_ss<T>(s, hw::k_major_descriptor<QTile>(q_slice, k16), hw::k_major_descriptor<KTile>(k_slot(slot), k16),
-                      k16 > 0);
+      hw::wgmma_ss<T>(s, hw::k_major_descriptor<QTile>(q_slice, k16),
+                      hw::k_major_descriptor<KTile>(k_slot(slot_of(i)), k16), k16 > 0);
     hw::wgmma_commit();
-    hw::wgmma_wait<0>();
     hw::wgmma_fence_operand(s);
-    hw::mbarrier_arrive(bar(bars.k_empty[slot]));
-
-    // Scores -> P (unnormalised, fp32), o rescaled.
+  };
+  // O += P V(i), one group; pa (P) and o belong to the tensor cores until a wait retires it (then
+  // wgmma_fence_operand(o) and keep_alive(pa)).
+  const auto issue_pv = [&](float(&acc)[kO], const uint32_t(&pa)[kPSteps][4], int i) {
+    hw::wgmma_fence_operand(acc);
+    hw::wgmma_fence();
+#pragma unroll
+    for (int k16 = 0; k16 < kPSteps; ++k16)
+      hw::wgmma_rs<T, 1>(acc, pa[k16], hw::mn_major_descriptor<VTile>(v_slot(slot_of(i)), k16), true);
+    hw::wgmma_commit();
+    hw::wgmma_fence_operand(acc);
+  };
+  // Scores of tile i -> final logits (softcap) -> masked where not every row sees the tile whole.
+  const auto modify_scores = [&](float(&s)[kS], int i) {
     if constexpr (kSoftcap) {
 #pragma unroll
       for (int x = 0; x < kS; ++x) s[x] = sm80::ScoreMods::capped(s[x], p.softcap, softcap_to_exp2);
     }
+    const int j0 = (tiles.n_end - 1 - i) * kBlockN;
     if (j0 < full.lo || j0 + kBlockN > full.hi) apply_band_mask(s, band, row0, j0, quad_lane);
-    softmax.update(s, o, score_scale_log2);
-    uint32_t pa[kPSteps][4];
+  };
+  const auto to_p = [](uint32_t(&pa)[kPSteps][4], const float(&s)[kS]) {
 #pragma unroll
     for (int k16 = 0; k16 < kPSteps; ++k16) hw::a_from_accumulators<T>(pa[k16], s, k16);
+  };
 
-    // O += P V(n)
-    hw::mbarrier_wait(bar(bars.v_full[slot]), full_parity);
-    hw::wgmma_fence_operand(o);
-    hw::wgmma_fence();
-#pragma unroll
-    for (int k16 = 0; k16 < kPSteps; ++k16)
-      hw::wgmma_rs<T, 1>(o, pa[k16], hw::mn_major_descriptor<VTile>(v_slot(slot), k16), true);
-    hw::wgmma_commit();
+  if (n_tiles > 0) hw::mbarrier_wait(bar(bars.q_full), 0);
+  if constexpr (!kTiles.pingpong && !kTiles.overlap) {
+    // Step 1: one GEMM at a time.
+    for (int i = 0; i < n_tiles; ++i) {
+      float s[kS];
+      wait_k(i);
+      issue_s(s, i);
+      hw::wgmma_wait<0>();
+      hw::wgmma_fence_operand(s);
+      release_k(i);
+
+      modify_scores(s, i);
+      softmax.update(s, o, score_scale_log2);
+      uint32_t pa[kPSteps][4];
+      to_p(pa, s);
+
+      wait_v(i);
+      issue_pv(o, pa, i);
+      hw::wgmma_wait<0>();
+      hw::wgmma_fence_operand(o);
+      keep_alive(pa);
+      release_v(i);
+    }
+  } else if (n_tiles > 0) {
+    // Steps 2-3: phases 0 .. N, phase i issuing S(i) (i < N) and O += P(i-1) V(i-1) (i > 0).
+    const GemmTurns<kTiles.consumers, kTiles.pingpong> turns{c};
+    uint32_t pa[kPSteps][4];  // P(i-1), from phase i-1 to phase i
+    float alpha[2];           // alpha(i-1): o's rescaling before P(i-1) V(i-1) is added
+
+    {  // Phase 0: S(0) alone.
+      float s[kS];
+      wait_k(0);
+      turns.take(/*first_phase=*/true);
+      issue_s(s, 0);
+      turns.pass(/*last_phase=*/false);
+      hw::wgmma_wait<0>();
+      hw::wgmma_fence_operand(s);
+      release_k(0);
+      modify_scores(s, 0);
+      softmax.update(s, score_scale_log2, alpha);
+      to_p(pa, s);
+    }
+    for (int i = 1; i < n_tiles; ++i) {
+      float s[kS];
+      wait_k(i);
+      wait_v(i - 1);
+      turns.take(false);
+      issue_s(s, i);
+      OnlineSoftmax::rescale(o, alpha);
+      issue_pv(o, pa, i - 1);
+      turns.pass(false);
+      if constexpr (kTiles.overlap) {
+        hw::wgmma_wait<1>();  // S(i) done; P(i-1) V(i-1) may still run
+        hw::wgmma_fence_operand(s);
+        release_k(i);
+        modify_scores(s, i);
+        softmax.update(s, score_scale_log2, alpha);
+        hw::wgmma_wait<0>();
+        hw::wgmma_fence_operand(o);
+        keep_alive(pa);
+        release_v(i - 1);
+      } else {
+        hw::wgmma_wait<0>();
+        hw::wgmma_fence_operand(s);
+        hw::wgmma_fence_operand(o);
+        keep_alive(pa);
+        release_k(i);
+        release_v(i - 1);
+        modify_scores(s, i);
+        softmax.update(s, score_scale_log2, alpha);
+      }
+      to_p(pa, s);
+    }
+    // Phase N: P(N-1) V(N-1) alone.
+    wait_v(n_tiles - 1);
+    turns.take(false);
+    OnlineSoftmax::rescale(o, alpha);
+    issue_pv(o, pa, n_tiles - 1);
+    turns.pass(/*last_phase=*/true);
     hw::wgmma_wait<0>();
     hw::wgmma_fence_operand(o);
     keep_alive(pa);
-    hw::mbarrier_arrive(bar(bars.v_empty[slot]));
+    release_v(n_tiles - 1);
   }
 
   // ---- Epilogue: O / l and lse ---------------------------------------------------------------------

@@ -1,10 +1,17 @@
-// Block shapes of the Hopper forward, one constexpr policy per head dim, read by the host (dispatch,
-// shared memory, grid) and the kernel alike. Changes speed only.
+// Block shapes and consumer schedule of the Hopper forward, one constexpr policy per head dim, read
+// by the host (dispatch, shared memory, grid) and the kernel alike. Changes speed only.
 //
 // One block = 1 producer warpgroup (TMA) + `consumers` consumer warpgroups of 64 query rows each
 // (the M of one wgmma), so Br = 64 consumers; Bc keys per K/V tile, `stages` K and V tiles each in
 // flight. Register budgets (setmaxnreg) move registers from the producer to the consumers; their
 // sum must fit the block's allocation at launch (65536 / threads per thread, one block per SM).
+//
+// The consumers' schedule (docs/hopper_forward.md), two switches:
+//   pingpong  step 2: the consumers take turns issuing their GEMMs, in a ring of named barriers,
+//             so that the tensor cores run the others' GEMMs while one computes its softmax;
+//   overlap   step 3: S(j) = Q K(j)ᵀ and O += P(j-1) V(j-1) are issued together and the softmax of
+//             S(j) runs while P(j-1) V(j-1) is in flight (one more S tile of registers).
+// Both off: step 1's schedule (S, softmax, P V, one GEMM at a time).
 #pragma once
 
 namespace flashattn::detail::sm90 {
@@ -15,9 +22,11 @@ struct ForwardTiles {
   int block_n;     // Bc
   int stages;      // K tiles and V tiles in flight
   int producer_registers, consumer_registers;
+  bool pingpong, overlap;  // the consumers' schedule (above)
 
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kRowsPerConsumer = 64;
+  static constexpr int kMaxConsumers = 3;  // named barrier ids: 1 + 2 kMaxConsumers <= 16
   static constexpr int kAlignment = 1024;  // of every swizzled tile (sw128_tile.cuh)
   static constexpr int padded(int dim) { return (dim + 63) / 64 * 64; }
 
@@ -35,15 +44,19 @@ struct ForwardTiles {
 // From the design note (docs/hopper_forward.md): d = 64 takes three consumers (the softmax is a
 // larger share of the work); above d = 128 the O accumulators (d / 2 registers per thread) leave
 // room only for narrower S tiles, and Bc shrinks to keep shared memory within 227 KB.
+// Schedule: the exponentials of a 64 x Bc tile cost about as much as its two GEMMs at d = 64, half
+// at d = 128 and a quarter at d = 256, so the turns pay where the softmax is a large share (d <= 128;
+// at d = 64 a ring of three: each consumer's softmax runs under the other two's GEMMs) and at
+// d >= 192 the overlap within a warpgroup hides it alone. Setting both to false gives step 1 back.
 constexpr ForwardTiles forward_tiles(int head_dim) {
   switch (head_dim) {
-    //               d  consumers  Bc stages registers (producer, consumer)
-    case 64: return {64, 3, 128, 2, 32, 160};
-    case 96: return {96, 2, 128, 2, 40, 232};
-    case 128: return {128, 2, 128, 2, 40, 232};
-    case 192: return {192, 2, 96, 2, 40, 232};
-    case 256: return {256, 2, 80, 2, 40, 232};
-    default: return {0, 0, 0, 0, 0, 0};
+    //               d  consumers  Bc stages registers (producer, consumer) pingpong overlap
+    case 64: return {64, 3, 128, 2, 32, 160, true, false};
+    case 96: return {96, 2, 128, 2, 40, 232, true, true};
+    case 128: return {128, 2, 128, 2, 40, 232, true, true};
+    case 192: return {192, 2, 96, 2, 40, 232, false, true};
+    case 256: return {256, 2, 80, 2, 40, 232, false, true};
+    default: return {0, 0, 0, 0, 0, 0, false, false};
   }
 }
 
@@ -56,6 +69,9 @@ struct ForwardPolicy {
   static_assert(kHeadDim % 16 == 0, "Q K^T consumes the head dim 16 at a time");
   static_assert(kTiles.block_n % 16 == 0 && kTiles.block_n <= 256, "P V consumes keys 16 at a time; wgmma N <= 256");
   static_assert(kTiles.block_m() <= 256, "one TMA box holds the Q tile (at most 256 rows)");
+  static_assert(kTiles.consumers >= 1 && kTiles.consumers <= ForwardTiles::kMaxConsumers,
+                "each consumer has its own named barriers");
+  static_assert(!kTiles.pingpong || kTiles.consumers >= 2, "taking turns needs two consumers or more");
   static_assert(kTiles.stages >= 2, "the K/V pipeline needs two stages to overlap loads with compute");
   static_assert(kTiles.smem_bytes() <= kMaxSmemBytes, "shared memory per block");
   static_assert(kTiles.producer_registers + kTiles.consumers * kTiles.consumer_registers <=

@@ -32,9 +32,10 @@ struct OnlineSoftmax {
     }
   }
 
-  // Turns the scores s of one K tile into unnormalised P (in place) and rescales o.
-  template <int kS, int kO>
-  __device__ __forceinline__ void update(float (&s)[kS], float (&o)[kO], float scale_log2) {
+  // Turns the scores s of one K tile into unnormalised P (in place); alpha receives each row's
+  // rescaling factor, by which o must be multiplied before P V is added to it.
+  template <int kS>
+  __device__ __forceinline__ void update(float (&s)[kS], float scale_log2, float (&alpha)[2]) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float row_max = m[r];
@@ -42,7 +43,7 @@ struct OnlineSoftmax {
       for (int j = 0; j < kS / 4; ++j) row_max = fmaxf(row_max, fmaxf(s[acc_index(j, r, 0)], s[acc_index(j, r, 1)]));
       const float m_new = cuda::quad_max(row_max);
       const float base = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
-      const float alpha = cuda::fast_exp2(m[r] * scale_log2 - base);
+      alpha[r] = cuda::fast_exp2(m[r] * scale_log2 - base);
       m[r] = m_new;
       float row_sum = 0.0f;
 #pragma unroll
@@ -53,13 +54,28 @@ struct OnlineSoftmax {
           s[acc_index(j, r, e)] = p;
           row_sum += p;
         }
-      l[r] = alpha * l[r] + row_sum;
+      l[r] = alpha[r] * l[r] + row_sum;
+    }
+  }
+
+  // o *= alpha, row by row.
+  template <int kO>
+  __device__ __forceinline__ static void rescale(float (&o)[kO], const float (&alpha)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
 #pragma unroll
       for (int j = 0; j < kO / 4; ++j) {
-        o[acc_index(j, r, 0)] *= alpha;
-        o[acc_index(j, r, 1)] *= alpha;
+        o[acc_index(j, r, 0)] *= alpha[r];
+        o[acc_index(j, r, 1)] *= alpha[r];
       }
-    }
+  }
+
+  // Both at once: P from s, o rescaled (when o is not in flight in a wgmma).
+  template <int kS, int kO>
+  __device__ __forceinline__ void update(float (&s)[kS], float (&o)[kO], float scale_log2) {
+    float alpha[2];
+    update(s, scale_log2, alpha);
+    rescale(o, alpha);
   }
 
   // Divides o by l; returns each row's natural-log lse (-inf for rows that saw no key). `scale`
