@@ -7,7 +7,6 @@ that two deterministic runs give the same bits. bf16, 16k total tokens, hidden 2
     PYTHONPATH=<site with flashattn> python3 tools/gpu/bench_deterministic.py [--dims 64,128,256] [--seqlens 8192]
 """
 import argparse
-import statistics
 import sys
 
 import torch
@@ -15,20 +14,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
-
-
-def time_ms(fn, warmup=3, reps=10):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+from bench_sdpa import time_ms  # the same timing as the forward/backward benchmark (tools/gpu)
 
 
 def main():

@@ -11,6 +11,7 @@
 #include "core/problem.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/host_checks.hpp"
+#include "cuda/sm80/host_common.hpp"
 #include "cuda/sm80/backward_dq_policy.hpp"
 #include "cuda/sm80/backward_launch.hpp"
 #include "cuda/sm80/backward_params.hpp"
@@ -38,32 +39,8 @@ Status not_supported(std::string what) {
   return {StatusCode::kNotSupported, "cuda sm80 backward: " + std::move(what)};
 }
 
-// The instantiation that serves p: of p's dtype, with head dims at least p's (zero padding serves
-// the rest), the smallest head_dim + head_dim_v among those. Null when none.
 const BackwardInstance* pick_instance(const BackwardParams& p) {
-  const Dims d = resolve_dims(p);
-  const BackwardInstance* best = nullptr;
-  for (const BackwardInstance& inst : kBackwardInstances)
-    if (inst.dtype == p.dtype && inst.head_dim >= d.head_dim && inst.head_dim_v >= d.head_dim_v &&
-        (best == nullptr || inst.head_dim + inst.head_dim_v < best->head_dim + best->head_dim_v))
-      best = &inst;
-  return best;
-}
-
-int largest_head_dim(DType dtype) {
-  int largest = 0;
-  for (const BackwardInstance& inst : kBackwardInstances)
-    if (inst.dtype == dtype && inst.head_dim == inst.head_dim_v && inst.head_dim > largest) largest = inst.head_dim;
-  return largest;
-}
-
-// "(192, 128), (64, 128)": the built pairs of different head dims, for refusals.
-std::string head_dim_pairs(DType dtype) {
-  std::string pairs;
-  for (const BackwardInstance& inst : kBackwardInstances)
-    if (inst.dtype == dtype && inst.head_dim != inst.head_dim_v)
-      pairs += (pairs.empty() ? "(" : ", (") + std::to_string(inst.head_dim) + ", " + std::to_string(inst.head_dim_v) + ")";
-  return pairs.empty() ? "none" : pairs;
+  return sm80::pick_instance(kBackwardInstances, p.dtype, resolve_dims(p));
 }
 
 BackwardKernelParams kernel_params(const BackwardParams& p, void* workspace) {
@@ -81,8 +58,6 @@ BackwardKernelParams kernel_params(const BackwardParams& p, void* workspace) {
   k.dv_batch_stride = p.dv.batch_stride, k.dv_row_stride = p.dv.row_stride, k.dv_head_stride = p.dv.head_stride;
   k.lse_batch_stride = p.lse_batch_stride;
   k.lse_head_stride = p.lse_head_stride;
-  k.maybe_cu_seqlens_q = p.maybe_cu_seqlens_q;
-  k.maybe_cu_seqlens_k = p.maybe_cu_seqlens_k;
 
   // The layout of backward_workspace_bytes(); the deterministic mode has no dQ accumulator.
   // Without a workspace (supported() asking which variant runs) the arrays stay null.
@@ -97,60 +72,20 @@ BackwardKernelParams kernel_params(const BackwardParams& p, void* workspace) {
     k.lse_log2 = k.delta + rows;
   }
 
-  k.batch = static_cast<int>(d.batch);
-  k.seqlen_q = static_cast<int>(d.seqlen_q);
-  k.seqlen_k = static_cast<int>(d.seqlen_k);
-  k.heads_q = static_cast<int>(d.heads_q);
-  k.group = static_cast<int>(d.group);
-  k.head_dim = static_cast<int>(d.head_dim);
-  k.head_dim_v = static_cast<int>(d.head_dim_v);
-  k.scale = d.scale;
-  k.scale_log2 = d.scale * kLog2e;
-  const cuda_host::KernelBand band = cuda_host::kernel_band(p, d);
-  k.bottom_right = band.bottom_right;
-  k.window_left = band.window_left;
-  k.window_right = band.window_right;
-  k.softcap = p.softcap;
-  k.maybe_alibi_slopes = p.maybe_alibi_slopes;
-  k.alibi_batch_stride = p.alibi_batch_stride;
-  k.maybe_bias = p.maybe_bias.data;
-  k.bias_dtype = static_cast<int>(p.maybe_bias.dtype);
-  k.bias_batch_stride = p.maybe_bias.batch_stride;
-  k.bias_head_stride = p.maybe_bias.head_stride;
-  k.bias_row_stride = p.maybe_bias.row_stride;
-  k.maybe_mask = p.maybe_mask.data;
-  k.mask_batch_stride = p.maybe_mask.batch_stride;
-  k.mask_head_stride = p.maybe_mask.head_stride;
-  k.mask_row_stride = p.maybe_mask.row_stride;
+  sm80::fill_shape_band_and_mods(k, p, d);
   return k;
 }
 
 }  // namespace
 
 Status cuda_sm80_backward_supported(const BackwardParams& p) {
-  if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16)
-    return not_supported("dtype fp32 (takes fp16 and bf16)");
   const Dims d = resolve_dims(p);
-  if (d.head_dim % 8 != 0)
-    return not_supported("head_dim " + std::to_string(d.head_dim) + " (takes multiples of 8)");
-  if (d.head_dim_v % 8 != 0)
-    return not_supported("head_dim_v " + std::to_string(d.head_dim_v) + " (takes multiples of 8)");
-  const BackwardInstance* inst = pick_instance(p);
-  if (inst == nullptr && d.head_dim_v == d.head_dim)
-    return not_supported("head_dim " + std::to_string(d.head_dim) + " (the largest built is " +
-                         std::to_string(largest_head_dim(p.dtype)) + ")");
-  if (inst == nullptr)
-    return not_supported("head_dim_v " + std::to_string(d.head_dim_v) + " with head_dim " +
-                         std::to_string(d.head_dim) + " (the largest built is " +
-                         std::to_string(largest_head_dim(p.dtype)) + " for both; other (head_dim, head_dim_v): " +
-                         head_dim_pairs(p.dtype) + ")");
-  if (p.maybe_bias.data != nullptr &&
-      reinterpret_cast<uintptr_t>(p.maybe_bias.data) % dtype_size(p.maybe_bias.dtype) != 0)
-    return not_supported("maybe_bias: data must be aligned to its element size");
+  cuda_host::Device device;
+  if (std::string why = sm80::common_refusal(p, d, &device); !why.empty()) return not_supported(std::move(why));
+  if (std::string why = sm80::head_dim_refusal(kBackwardInstances, p.dtype, d); !why.empty())
+    return not_supported(std::move(why));
   if (p.lse == nullptr) return not_supported("lse is required");
-  if (!(d.scale > 0.0f) || !std::isfinite(d.scale))
-    return not_supported("softmax_scale " + std::to_string(d.scale) + " (takes finite positive scales)");
-  if (const std::string limit = cuda_host::index_limits(d); !limit.empty()) return not_supported(limit);
+  const BackwardInstance* inst = pick_instance(p);
 
   const size_t elem = dtype_size(p.dtype);
   const struct { const ConstTensor t; const char* name; } tensors[] = {
@@ -159,12 +94,6 @@ Status cuda_sm80_backward_supported(const BackwardParams& p) {
     if (!cuda_host::aligned_16(t.t, d.varlen, elem))
       return not_supported(std::string(t.name) + ": data and strides must be 16-byte aligned");
 
-  cuda_host::Device device;
-  if (!cuda_host::current_device(&device)) return not_supported("no usable CUDA device");
-  if (device.major < 8)
-    return not_supported("compute capability " + std::to_string(device.major) + "." + std::to_string(device.minor) +
-                         " (needs 8.0 or later)");
-  if (const std::string missing = cuda_host::missing_code(device); !missing.empty()) return not_supported(missing);
   // The main kernel's shared memory, and the dQ kernel's in the deterministic mode, of the variant
   // the launcher picks by the same test.
   const bool score_mods = kernel_params(p, nullptr).has_score_mods();

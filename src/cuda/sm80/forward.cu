@@ -10,6 +10,7 @@
 #include "core/problem.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/host_checks.hpp"
+#include "cuda/sm80/host_common.hpp"
 #include "cuda/sm80/kernel_params.hpp"
 #include "cuda/sm80/launch_forward.hpp"
 #include "cuda/sm80/policy.hpp"
@@ -37,33 +38,7 @@ Status not_supported(std::string what) {
   return {StatusCode::kNotSupported, "cuda sm80 forward: " + std::move(what)};
 }
 
-// The instantiation that serves p: of p's dtype, with head dims at least p's (zero padding serves
-// the rest), the smallest head_dim + head_dim_v among those. Null when none.
-const Instance* pick_instance(const ForwardParams& p) {
-  const Dims d = resolve_dims(p);
-  const Instance* best = nullptr;
-  for (const Instance& inst : kInstances)
-    if (inst.dtype == p.dtype && inst.head_dim >= d.head_dim && inst.head_dim_v >= d.head_dim_v &&
-        (best == nullptr || inst.head_dim + inst.head_dim_v < best->head_dim + best->head_dim_v))
-      best = &inst;
-  return best;
-}
-
-int largest_head_dim(DType dtype) {
-  int largest = 0;
-  for (const Instance& inst : kInstances)
-    if (inst.dtype == dtype && inst.head_dim == inst.head_dim_v && inst.head_dim > largest) largest = inst.head_dim;
-  return largest;
-}
-
-// "(192, 128), (64, 128)": the built pairs of different head dims, for refusals.
-std::string head_dim_pairs(DType dtype) {
-  std::string pairs;
-  for (const Instance& inst : kInstances)
-    if (inst.dtype == dtype && inst.head_dim != inst.head_dim_v)
-      pairs += (pairs.empty() ? "(" : ", (") + std::to_string(inst.head_dim) + ", " + std::to_string(inst.head_dim_v) + ")";
-  return pairs.empty() ? "none" : pairs;
-}
+const Instance* pick_instance(const ForwardParams& p) { return sm80::pick_instance(kInstances, p.dtype, resolve_dims(p)); }
 
 ForwardKernelParams kernel_params(const ForwardParams& p) {
   const Dims d = resolve_dims(p);
@@ -79,61 +54,18 @@ ForwardKernelParams kernel_params(const ForwardParams& p) {
   k.o_batch_stride = p.o.batch_stride, k.o_row_stride = p.o.row_stride, k.o_head_stride = p.o.head_stride;
   k.lse_batch_stride = p.lse_batch_stride;
   k.lse_head_stride = p.lse_head_stride;
-  k.maybe_cu_seqlens_q = p.maybe_cu_seqlens_q;
-  k.maybe_cu_seqlens_k = p.maybe_cu_seqlens_k;
-  k.batch = static_cast<int>(d.batch);
-  k.seqlen_q = static_cast<int>(d.seqlen_q);
-  k.seqlen_k = static_cast<int>(d.seqlen_k);
-  k.heads_q = static_cast<int>(d.heads_q);
-  k.group = static_cast<int>(d.group);
-  k.head_dim = static_cast<int>(d.head_dim);
-  k.head_dim_v = static_cast<int>(d.head_dim_v);
-  k.scale = d.scale;
-  k.scale_log2 = d.scale * kLog2e;
-  const cuda_host::KernelBand band = cuda_host::kernel_band(p, d);
-  k.bottom_right = band.bottom_right;
-  k.window_left = band.window_left;
-  k.window_right = band.window_right;
-  k.softcap = p.softcap;
-  k.maybe_alibi_slopes = p.maybe_alibi_slopes;
-  k.alibi_batch_stride = p.alibi_batch_stride;
-  k.maybe_bias = p.maybe_bias.data;
-  k.bias_dtype = static_cast<int>(p.maybe_bias.dtype);
-  k.bias_batch_stride = p.maybe_bias.batch_stride;
-  k.bias_head_stride = p.maybe_bias.head_stride;
-  k.bias_row_stride = p.maybe_bias.row_stride;
-  k.maybe_mask = p.maybe_mask.data;
-  k.mask_batch_stride = p.maybe_mask.batch_stride;
-  k.mask_head_stride = p.maybe_mask.head_stride;
-  k.mask_row_stride = p.maybe_mask.row_stride;
+  sm80::fill_shape_band_and_mods(k, p, d);
   return k;
 }
 
 }  // namespace
 
 Status cuda_sm80_forward_supported(const ForwardParams& p) {
-  if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16)
-    return not_supported("dtype fp32 (takes fp16 and bf16)");
   const Dims d = resolve_dims(p);
-  if (d.head_dim % 8 != 0)
-    return not_supported("head_dim " + std::to_string(d.head_dim) + " (takes multiples of 8)");
-  if (d.head_dim_v % 8 != 0)
-    return not_supported("head_dim_v " + std::to_string(d.head_dim_v) + " (takes multiples of 8)");
+  cuda_host::Device device;
+  if (std::string why = sm80::common_refusal(p, d, &device); !why.empty()) return not_supported(std::move(why));
+  if (std::string why = sm80::head_dim_refusal(kInstances, p.dtype, d); !why.empty()) return not_supported(std::move(why));
   const Instance* inst = pick_instance(p);
-  if (inst == nullptr && d.head_dim_v == d.head_dim)
-    return not_supported("head_dim " + std::to_string(d.head_dim) + " (the largest built is " +
-                         std::to_string(largest_head_dim(p.dtype)) + ")");
-  if (inst == nullptr)
-    return not_supported("head_dim_v " + std::to_string(d.head_dim_v) + " with head_dim " +
-                         std::to_string(d.head_dim) + " (the largest built is " +
-                         std::to_string(largest_head_dim(p.dtype)) + " for both; other (head_dim, head_dim_v): " +
-                         head_dim_pairs(p.dtype) + ")");
-  if (p.maybe_bias.data != nullptr &&
-      reinterpret_cast<uintptr_t>(p.maybe_bias.data) % dtype_size(p.maybe_bias.dtype) != 0)
-    return not_supported("maybe_bias: data must be aligned to its element size");
-  if (!(d.scale > 0.0f) || !std::isfinite(d.scale))
-    return not_supported("softmax_scale " + std::to_string(d.scale) + " (takes finite positive scales)");
-  if (const std::string limit = cuda_host::index_limits(d); !limit.empty()) return not_supported(limit);
 
   const size_t elem = dtype_size(p.dtype);
   const struct { ConstTensor t; const char* name; } tensors[] = {{p.q, "q"}, {p.k, "k"}, {p.v, "v"}, {p.o, "o"}};
@@ -141,12 +73,6 @@ Status cuda_sm80_forward_supported(const ForwardParams& p) {
     if (!cuda_host::aligned_16(t.t, d.varlen, elem))
       return not_supported(std::string(t.name) + ": data and strides must be 16-byte aligned");
 
-  cuda_host::Device device;
-  if (!cuda_host::current_device(&device)) return not_supported("no usable CUDA device");
-  if (device.major < 8)
-    return not_supported("compute capability " + std::to_string(device.major) + "." + std::to_string(device.minor) +
-                         " (needs 8.0 or later)");
-  if (const std::string missing = cuda_host::missing_code(device); !missing.empty()) return not_supported(missing);
   // The launcher picks the kernel variant by the same test.
   const bool score_mods = kernel_params(p).has_score_mods();
   const ForwardTiles tiles = sm80::forward_tiles(inst->head_dim, inst->head_dim_v, score_mods);
