@@ -14,12 +14,12 @@
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
-#include <functional>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "cuda/support/cuda_test_util.hpp"
 #include "support/test_util.hpp"
 
 namespace fa_test {
@@ -30,111 +30,83 @@ namespace {
 constexpr double kCpuLseTolerance = 2e-5;
 constexpr double kGpuLseTolerance = 2e-3;
 
-#define CUDA_ASSERT(expr)                                                      \
-  do {                                                                         \
-    const cudaError_t e_ = (expr);                                             \
-    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_);     \
-  } while (0)
-
-// One device allocation holding a copy of host bytes.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  // Allocates `bytes` and fills them from `host` (or with NaN bits when host is null).
-  void upload(const void* host, size_t bytes) {
-    bytes_ = bytes;
-    CUDA_ASSERT(cudaMalloc(&ptr_, std::max<size_t>(bytes, 4)));
-    if (host != nullptr) {
-      CUDA_ASSERT(cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice));
-    } else {
-      CUDA_ASSERT(cudaMemset(ptr_, 0xff, std::max<size_t>(bytes, 4)));
-    }
-  }
-  void download(void* host) const { CUDA_ASSERT(cudaMemcpy(host, ptr_, bytes_, cudaMemcpyDeviceToHost)); }
-  void* get() const { return ptr_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-template <class T>
-size_t bytes_of(const std::vector<T>& v) {
-  return v.size() * sizeof(T);
-}
+using fa_cuda_test::DeviceBuffer;
 
 // The host problem's every array on the device, in the same layout, and its params with the
 // pointers moved there (strides, options and sizes unchanged).
 struct DeviceProblem {
-  DeviceBuffer q, k, v, o, d_o, dq, dk, dv, lse, cu_q, cu_k, slopes, bias, mask;
+  DeviceBuffer<float> q, k, v, o, d_o, dq, dk, dv, lse, slopes, bias;
+  DeviceBuffer<int32_t> cu_q, cu_k;
+  DeviceBuffer<uint8_t> mask;
 
   void upload(const Problem& p) {
     for (auto [dst, src] : {std::pair{&q, &p.q}, {&k, &p.k}, {&v, &p.v}, {&o, &p.o}, {&d_o, &p.d_o}, {&dq, &p.dq},
-                            {&dk, &p.dk}, {&dv, &p.dv}}) {
-      dst->upload(src->storage.data(), bytes_of(src->storage));
-      if (::testing::Test::HasFatalFailure()) return;
-    }
-    lse.upload(p.lse.data(), bytes_of(p.lse));
+                            {&dk, &p.dk}, {&dv, &p.dv}})
+      CUDA_OK(dst->upload(src->storage));
+    CUDA_OK(lse.upload(p.lse));
     if (!p.cu_q.empty()) {
-      cu_q.upload(p.cu_q.data(), bytes_of(p.cu_q));
-      cu_k.upload(p.cu_k.data(), bytes_of(p.cu_k));
+      CUDA_OK(cu_q.upload(p.cu_q));
+      CUDA_OK(cu_k.upload(p.cu_k));
     }
-    if (!p.slopes.empty()) slopes.upload(p.slopes.data(), bytes_of(p.slopes));
-    if (!p.bias_storage.empty()) bias.upload(p.bias_storage.data(), bytes_of(p.bias_storage));
-    if (!p.mask_storage.empty()) mask.upload(p.mask_storage.data(), bytes_of(p.mask_storage));
+    if (!p.slopes.empty()) CUDA_OK(slopes.upload(p.slopes));
+    if (!p.bias_storage.empty()) CUDA_OK(bias.upload(p.bias_storage));
+    if (!p.mask_storage.empty()) CUDA_OK(mask.upload(p.mask_storage));
   }
 
   void move_inputs(flashattn::AttentionParams* a) const {
-    a->q.data = q.get();
-    a->k.data = k.get();
-    a->v.data = v.get();
+    a->q.data = q.ptr;
+    a->k.data = k.ptr;
+    a->v.data = v.ptr;
     if (a->maybe_cu_seqlens_q != nullptr) {
-      a->maybe_cu_seqlens_q = static_cast<const int32_t*>(cu_q.get());
-      a->maybe_cu_seqlens_k = static_cast<const int32_t*>(cu_k.get());
+      a->maybe_cu_seqlens_q = cu_q.ptr;
+      a->maybe_cu_seqlens_k = cu_k.ptr;
     }
-    if (a->maybe_alibi_slopes != nullptr) a->maybe_alibi_slopes = static_cast<const float*>(slopes.get());
-    if (a->maybe_bias.data != nullptr) a->maybe_bias.data = bias.get();
-    if (a->maybe_mask.data != nullptr) a->maybe_mask.data = static_cast<const uint8_t*>(mask.get());
+    if (a->maybe_alibi_slopes != nullptr) a->maybe_alibi_slopes = slopes.ptr;
+    if (a->maybe_bias.data != nullptr) a->maybe_bias.data = bias.ptr;
+    if (a->maybe_mask.data != nullptr) a->maybe_mask.data = mask.ptr;
   }
 
   flashattn::ForwardParams forward_params(Problem& host) const {
     flashattn::ForwardParams f = host.forward_params();
     move_inputs(&f);
-    f.o.data = o.get();
-    if (f.maybe_lse != nullptr) f.maybe_lse = static_cast<float*>(lse.get());
+    f.o.data = o.ptr;
+    if (f.maybe_lse != nullptr) f.maybe_lse = lse.ptr;
     return f;
   }
 
   flashattn::BackwardParams backward_params(Problem& host) const {
     flashattn::BackwardParams g = host.backward_params();
     move_inputs(&g);
-    g.o.data = o.get();
-    g.d_o.data = d_o.get();
-    g.lse = static_cast<const float*>(lse.get());
-    g.dq.data = dq.get();
-    g.dk.data = dk.get();
-    g.dv.data = dv.get();
+    g.o.data = o.ptr;
+    g.d_o.data = d_o.ptr;
+    g.lse = lse.ptr;
+    g.dq.data = dq.ptr;
+    g.dk.data = dk.ptr;
+    g.dv.data = dv.ptr;
     return g;
   }
 };
 
-// Caller-owned device workspace of `bytes`, poisoned: nothing may be read before it is written.
-void run_on_gpu(const std::function<flashattn::Status(const flashattn::Launch&)>& call, size_t bytes) {
-  DeviceBuffer workspace;
-  workspace.upload(nullptr, bytes);
-  if (::testing::Test::HasFatalFailure()) return;
+// Runs `call` (flashattn::forward or backward) on the sm80 path with the caller-owned device
+// workspace that `workspace_size` asks for, poisoned: nothing may be read before it is written.
+template <class Params>
+void run_on_gpu(const Params& params,
+                flashattn::Status (*workspace_size)(const Params&, const flashattn::Launch&, size_t*),
+                flashattn::Status (*call)(const Params&, const flashattn::Launch&)) {
   flashattn::Launch launch;
   launch.backend = Backend::kCudaSm80;
-  launch.workspace = bytes > 0 ? workspace.get() : nullptr;
+  size_t bytes = 0;
+  const flashattn::Status sized = workspace_size(params, launch, &bytes);
+  ASSERT_TRUE(sized.ok()) << sized.message;
+  DeviceBuffer<uint8_t> workspace;
+  CUDA_OK(workspace.allocate(bytes));
+  CUDA_OK(workspace.poison());
+  launch.workspace = bytes > 0 ? workspace.ptr : nullptr;
   launch.workspace_bytes = bytes;
-  const flashattn::Status st = call(launch);
+  const flashattn::Status st = call(params, launch);
   ASSERT_TRUE(st.ok()) << st.message;
-  CUDA_ASSERT(cudaGetLastError());
-  CUDA_ASSERT(cudaDeviceSynchronize());
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
 }
 
 // The forward of `p` (outputs poisoned) on the GPU; o and lse come back into p.
@@ -142,16 +114,10 @@ void gpu_forward(Problem& p) {
   DeviceProblem d;
   d.upload(p);
   if (::testing::Test::HasFatalFailure()) return;
-  const flashattn::ForwardParams f = d.forward_params(p);
-  flashattn::Launch sizing;
-  sizing.backend = Backend::kCudaSm80;
-  size_t bytes = 0;
-  const flashattn::Status st = flashattn::forward_workspace_size(f, sizing, &bytes);
-  ASSERT_TRUE(st.ok()) << st.message;
-  run_on_gpu([&f](const flashattn::Launch& launch) { return flashattn::forward(f, launch); }, bytes);
+  run_on_gpu(d.forward_params(p), flashattn::forward_workspace_size, flashattn::forward);
   if (::testing::Test::HasFatalFailure()) return;
-  d.o.download(p.o.storage.data());
-  d.lse.download(p.lse.data());
+  CUDA_OK(d.o.copy_to(p.o.storage.data()));
+  CUDA_OK(d.lse.copy_to(p.lse.data()));
 }
 
 // The backward of `p` (o, lse given; gradients poisoned) on the GPU; dq, dk, dv come back into p.
@@ -159,17 +125,11 @@ void gpu_backward(Problem& p) {
   DeviceProblem d;
   d.upload(p);
   if (::testing::Test::HasFatalFailure()) return;
-  const flashattn::BackwardParams g = d.backward_params(p);
-  flashattn::Launch sizing;
-  sizing.backend = Backend::kCudaSm80;
-  size_t bytes = 0;
-  const flashattn::Status st = flashattn::backward_workspace_size(g, sizing, &bytes);
-  ASSERT_TRUE(st.ok()) << st.message;
-  run_on_gpu([&g](const flashattn::Launch& launch) { return flashattn::backward(g, launch); }, bytes);
+  run_on_gpu(d.backward_params(p), flashattn::backward_workspace_size, flashattn::backward);
   if (::testing::Test::HasFatalFailure()) return;
-  d.dq.download(p.dq.storage.data());
-  d.dk.download(p.dk.storage.data());
-  d.dv.download(p.dv.storage.data());
+  CUDA_OK(d.dq.copy_to(p.dq.storage.data()));
+  CUDA_OK(d.dk.copy_to(p.dk.storage.data()));
+  CUDA_OK(d.dv.copy_to(p.dv.storage.data()));
 }
 
 // 16-bit words of `got` outside t's valid elements (the gaps of strided layouts) that differ from

@@ -1,5 +1,6 @@
-// Support for the sm90 primitive tests: CUDA error checks, seeds, device buffers, a launch watchdog
-// (a wrong mbarrier protocol hangs rather than fails), and 16-bit storage conversions.
+// Support for the sm90 primitive tests: a launch watchdog (a wrong mbarrier protocol hangs rather
+// than fails) and 16-bit storage conversions by element type, on top of what every GPU test shares
+// (cuda/support/cuda_test_util.hpp: CUDA_OK, seeds, device buffers, the poison).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -11,36 +12,17 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
-#include <string>
 #include <thread>
 #include <type_traits>
-#include <vector>
 
-#include "core/dtype.hpp"
+#include "cuda/support/cuda_test_util.hpp"
 #include "flashattn/flashattn.hpp"
 
 namespace sm90_test {
 
-#define CUDA_OK(expr)                                                      \
-  do {                                                                     \
-    const cudaError_t e_ = (expr);                                         \
-    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_); \
-  } while (0)
-
-// A fresh seed (or FLASHATTN_TEST_SEED), printed and recorded in the test's XML.
-inline uint64_t fresh_seed(const std::string& what) {
-  uint64_t seed;
-  if (const char* env = std::getenv("FLASHATTN_TEST_SEED")) {
-    seed = std::strtoull(env, nullptr, 10);
-  } else {
-    seed = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
-  }
-  std::printf("[seed] %s: FLASHATTN_TEST_SEED=%llu\n", what.c_str(), static_cast<unsigned long long>(seed));
-  std::fflush(stdout);
-  ::testing::Test::RecordProperty("seed", std::to_string(seed));
-  return seed;
-}
+using fa_cuda_test::DeviceBuffer;
+using fa_cuda_test::fresh_seed;
+using fa_cuda_test::kPoison16;
 
 // These tests need an sm_90 device (the binary holds sm_90a code only).
 inline void expect_hopper() {
@@ -50,19 +32,6 @@ inline void expect_hopper() {
   ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), cudaSuccess);
   ASSERT_EQ(major * 10 + minor, 90) << "the sm90 primitive tests need a Hopper GPU (compute capability 9.0)";
 }
-
-template <class T>
-struct DeviceBuffer {
-  T* ptr = nullptr;
-  size_t count = 0;
-  explicit DeviceBuffer(size_t n) : count(n) {
-    if (cudaMalloc(&ptr, n * sizeof(T)) != cudaSuccess) ptr = nullptr;
-  }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  size_t bytes() const { return count * sizeof(T); }
-};
 
 // Waits for the default stream, failing the process (not hanging it) when a kernel has not finished
 // after `seconds`: a kernel stuck on an mbarrier cannot be cancelled, only abandoned with its context.
@@ -92,14 +61,12 @@ constexpr flashattn::DType dtype_of() {
 
 template <class T>
 uint16_t to_bits(float x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return flashattn::detail::float_to_bf16(x);
-  else return flashattn::detail::float_to_fp16(x);
+  return fa_cuda_test::to_storage(x, dtype_of<T>());
 }
 
 template <class T>
 float from_bits(uint16_t h) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return flashattn::detail::bf16_to_float(h);
-  else return flashattn::detail::fp16_to_float(h);
+  return fa_cuda_test::from_storage(h, dtype_of<T>());
 }
 
 template <class T>
@@ -111,7 +78,5 @@ const char* type_name() {
 // bits 4..6 are XORed with bits 7..9 (an involution). Written from the hardware rule, independently
 // of Sw128Tile, so the tests check that header too.
 inline uint32_t unswizzle128(uint32_t byte) { return byte ^ (((byte >> 7) & 7u) << 4); }
-
-constexpr uint16_t kPoison16 = 0xffff;  // a NaN in both bf16 and fp16
 
 }  // namespace sm90_test
