@@ -46,14 +46,17 @@ std::string missing_code(const Device& device) {
   constexpr int kSass[] = {FLASHATTN_CUDA_SASS_TARGETS};  // 10 x arch, + 1 for arch-specific "a" targets
   constexpr int kPtx = FLASHATTN_CUDA_PTX_ARCH;
   const int cc = device.major * 10 + device.minor;
-  std::string built;
-  for (int t : kSass) {
-    const int arch = t / 10;
-    const bool specific = t % 10 == 1;
-    if (specific ? cc == arch : (cc / 10 == arch / 10 && cc >= arch)) return {};
-    built += (built.empty() ? "sm_" : ", sm_") + std::to_string(arch) + (specific ? "a" : "");
-  }
+  const auto runs_on = [cc](int target) {
+    const int arch = target / 10;
+    return target % 10 == 1 ? cc == arch : (cc / 10 == arch / 10 && cc >= arch);
+  };
+  for (int t : kSass)
+    if (runs_on(t)) return {};
   if (kPtx > 0 && cc >= kPtx) return {};
+  // Only a refusal spells out what was built (supported() runs on every call).
+  std::string built;
+  for (int t : kSass)
+    built += (built.empty() ? "sm_" : ", sm_") + std::to_string(t / 10) + (t % 10 == 1 ? "a" : "");
   return "compute capability " + std::to_string(device.major) + "." + std::to_string(device.minor) +
          ": this build has machine code for " + (built.empty() ? std::string("no device") : built) +
          (kPtx > 0 ? " and PTX for compute_" + std::to_string(kPtx) : std::string(" and no PTX")) +
