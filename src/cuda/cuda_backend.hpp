@@ -26,9 +26,10 @@ Status cuda_sm80_forward(const ForwardParams& p, void* workspace, void* stream);
 // The Hopper forward (compute capability 9.0, sm_90a code): FlashAttention-3's warp-specialised
 // design on TMA, mbarrier pipelines and wgmma (cuda/sm90/). fp16/bf16, head_dim_v == head_dim,
 // multiples of 8 up to the largest sm90 instantiation (64/96/128/192/256 built; others run on the
-// next), causal in both alignments, sliding window, softcap, GQA/MQA, LSE. Refuses (naming it)
-// what it does not take: other devices, builds without sm_90a, varlen, ALiBi, bias, mask, strides
-// that TMA cannot take (16-byte multiples). kAuto's forward asks it first on device data.
+// next), causal in both alignments, sliding window, softcap, GQA/MQA, varlen, LSE; a persistent
+// grid (one block per SM) where the head dim's policy asks for it, no workspace. Refuses (naming it) what it does not take: other devices,
+// builds without sm_90a, ALiBi, bias, mask, strides that TMA cannot take (16-byte multiples).
+// kAuto's forward asks it first on device data.
 Status cuda_sm90_forward_supported(const ForwardParams& p);
 size_t cuda_sm90_forward_workspace(const ForwardParams& p);
 // stream: a cudaStream_t. Returns kInternal when a launch fails.

@@ -37,7 +37,7 @@ SM90_HEAD_DIMS = [64, 96, 128, 192, 256]
 FAMILIES = {
     ("sm80", "forward"): ("launch_forward", "const ForwardKernelParams&, cudaStream_t"),
     ("sm80", "backward"): ("launch_backward", "const BackwardKernelParams&, cudaStream_t"),
-    ("sm90", "forward"): ("launch_forward", "const ForwardKernelParams&, int, int, cudaStream_t"),
+    ("sm90", "forward"): ("launch_forward", "const ForwardKernelParams&, int, cudaStream_t"),
 }
 
 

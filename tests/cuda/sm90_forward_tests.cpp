@@ -5,7 +5,9 @@
 // attention in double precision; our error <= 2x the error of standard attention computed in the
 // same low precision + a small floor; NaN never passes; padding and gaps must stay the poison.
 // Then: sm90 against sm80 on the same inputs, the kAuto selection (sm90 where it takes the
-// problem, sm80 for the rest), and refusals that name what is not taken, writing nothing.
+// problem, sm80 for the rest), and refusals that name what is not taken, writing nothing. Suites:
+// Small, Large (long sequences, 64-bit offsets), Varlen (variable-length batches), Persistent
+// (many more work items than multiprocessors: the persistent tile scheduler).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -82,8 +84,12 @@ void check_case(const Case& cs) {
 
 class Sm90ForwardSmall : public ::testing::TestWithParam<Case> {};
 class Sm90ForwardLarge : public ::testing::TestWithParam<Case> {};
+class Sm90ForwardVarlen : public ::testing::TestWithParam<Case> {};
+class Sm90ForwardPersistent : public ::testing::TestWithParam<Case> {};
 TEST_P(Sm90ForwardSmall, MatchesReferenceAndSm80) { check_case(GetParam()); }
 TEST_P(Sm90ForwardLarge, MatchesReferenceAndSm80) { check_case(GetParam()); }
+TEST_P(Sm90ForwardVarlen, MatchesReferenceAndSm80) { check_case(GetParam()); }
+TEST_P(Sm90ForwardPersistent, MatchesReferenceAndSm80) { check_case(GetParam()); }
 std::vector<Case> small_cases() {
   std::vector<Case> cases;
   constexpr DType kBf16 = DType::kBFloat16, kFp16 = DType::kFloat16;
@@ -161,9 +167,62 @@ std::vector<Case> large_cases() {
   return cases;
 }
 
+// Variable-length batches (tile_scheduler.cuh): lengths that are not tile multiples (Br = 192 at
+// d = 64, 128 above; Bc = 128, 128, 128, 96, 80), empty sequences on either side, sequences shorter
+// than one tile first in the packed tensors (their tail boxes start before row 0) and last (they end
+// at the packed total), sequences of several tiles, both causal alignments, Sq > Sk (rows and whole
+// tiles with no visible key), windows, GQA / MQA, softcap, strided rows. The rows past a sequence's
+// end in a box belong to its neighbours: they must neither be seen nor be written.
+std::vector<Case> varlen_cases() {
+  std::vector<Case> cases;
+  constexpr DType kBf16 = DType::kBFloat16, kFp16 = DType::kFloat16;
+  const std::vector<int32_t> q6 = {17, 0, 203, 1, 300, 64}, k6 = {17, 5, 113, 0, 300, 700};
+  for (Alignment a : {Alignment::kBottomRight, Alignment::kTopLeft}) {
+    cases.push_back(causal(varlen(make(kBf16, 0, 0, 0, 4, 2, 128), q6, k6), a));
+    cases.push_back(causal(varlen(make(kFp16, 0, 0, 0, 6, 2, 64), q6, k6), a));  // ring of three
+  }
+  cases.push_back(varlen(make(kBf16, 0, 0, 0, 4, 2, 128), q6, k6));
+  cases.push_back(varlen(make(kFp16, 0, 0, 0, 4, 1, 64), {203, 17, 0, 450}, {300, 17, 9, 129}));
+  cases.push_back(causal(varlen(make(kBf16, 0, 0, 0, 2, 2, 96), {300, 130, 5}, {100, 129, 1})));  // Sq > Sk
+  cases.push_back(window(varlen(make(kBf16, 0, 0, 0, 2, 1, 256), {100, 250, 3}, {90, 260, 170}), 30, 0));
+  cases.push_back(window(varlen(make(kFp16, 0, 0, 0, 2, 2, 192), {97, 0, 290}, {200, 33, 95}), 60, 20));
+  cases.push_back(softcap(causal(varlen(make(kBf16, 0, 0, 0, 4, 4, 192), {1, 129, 64}, {250, 96, 97})), 20.0f));
+  {
+    Case c = causal(varlen(make(kBf16, 0, 0, 0, 4, 2, 128), {64, 128, 129, 1}, {64, 127, 300, 1}),
+                    Alignment::kTopLeft);
+    c.strided = true;
+    cases.push_back(c);
+  }
+  // One sequence: its tail boxes end at the packed total (nothing may be read past it).
+  cases.push_back(varlen(make(kFp16, 0, 0, 0, 2, 2, 256), {203}, {113}));
+  return cases;
+}
+
+// The persistent schedule (tile_scheduler.cuh): several times more work items than the H100/H200's
+// 132 multiprocessors (batch 3 x 20 heads x 6-8 query tiles), so that every block runs many items
+// and the K/V pipeline, q_full/q_empty and the consumers' ring of turns carry over from item to
+// item; causal and not, windows, and Sq > Sk under causal masking, where whole items see no key
+// tile (their rows O = 0, lse = -inf, no Q loaded) between items that do. The policy runs d = 64
+// with one block per item (policy.hpp: `persistent`), so its cases check that launch shape;
+// FLASHATTN_SM90_PERSISTENT=1 in the environment runs them persistent as well.
+std::vector<Case> persistent_cases() {
+  std::vector<Case> cases;
+  constexpr DType kBf16 = DType::kBFloat16, kFp16 = DType::kFloat16;
+  cases.push_back(causal(make(kBf16, 3, 1000, 1000, 20, 4, 128)));
+  cases.push_back(make(kFp16, 3, 1000, 1000, 20, 20, 64));
+  cases.push_back(window(make(kBf16, 3, 1000, 1000, 20, 20, 128), 100, 0));
+  cases.push_back(causal(make(kBf16, 3, 1000, 300, 20, 10, 128)));                 // items 0-4 see nothing
+  cases.push_back(causal(make(kFp16, 3, 1000, 250, 20, 5, 64)));                   // ring of three
+  cases.push_back(causal(make(kBf16, 3, 1000, 300, 20, 10, 256)));                 // d 256, no turns
+  cases.push_back(softcap(causal(make(kBf16, 3, 1000, 1000, 20, 20, 192)), 30.0f));  // overlap, no turns
+  cases.push_back(window(make(kFp16, 3, 1000, 1000, 20, 20, 96), 300, 300));
+  return cases;
+}
 
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardSmall, ::testing::ValuesIn(small_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardLarge, ::testing::ValuesIn(large_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardVarlen, ::testing::ValuesIn(varlen_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardPersistent, ::testing::ValuesIn(persistent_cases()), case_name);
 
 // Two runs on the same inputs give the same bits.
 TEST(Sm90ForwardSmall, Deterministic) {
@@ -177,8 +236,9 @@ TEST(Sm90ForwardSmall, Deterministic) {
   EXPECT_EQ(0, std::memcmp(lse_a.data(), lse_b.data(), lse_a.size() * 4));
 }
 
-// kAuto on device data: the sm90 path where it takes the problem (bit-identical to an explicit
-// kCudaSm90 run), the sm80 path for a problem with a bias or a mask (bit-identical to kCudaSm80).
+// kAuto on device data: the sm90 path where it takes the problem, variable-length batches included
+// (bit-identical to an explicit kCudaSm90 run), the sm80 path for a problem with a bias or a mask
+// (bit-identical to kCudaSm80).
 TEST(Sm90ForwardSmall, AutoSelection) {
   SKIP_UNLESS_HOPPER();
   const auto same_bits = [](Problem& pb, Backend explicit_backend) {
@@ -192,6 +252,12 @@ TEST(Sm90ForwardSmall, AutoSelection) {
   std::unique_ptr<Problem> plain(new_problem(causal(make(DType::kBFloat16, 1, 203, 300, 2, 2, 128))));
   ASSERT_TRUE(fd::cuda_sm90_forward_supported(plain->params()).ok());
   same_bits(*plain, Backend::kCudaSm90);
+
+  std::unique_ptr<Problem> packed(
+      new_problem(causal(varlen(make(DType::kFloat16, 0, 0, 0, 4, 2, 64), {17, 0, 203}, {30, 5, 113}))));
+  const flashattn::Status packed_status = fd::cuda_sm90_forward_supported(packed->params());
+  ASSERT_TRUE(packed_status.ok()) << "variable-length batches are the sm90 path's: " << packed_status.message;
+  same_bits(*packed, Backend::kCudaSm90);
 
   Case with_bias = make(DType::kFloat16, 1, 113, 203, 2, 2, 64);
   with_bias.bias = 1;
@@ -244,14 +310,9 @@ TEST(Sm90ForwardSmall, RefusesWhatItDoesNotImplement) {
   refused(p, "head_dim_v 32 != head_dim 64");
   p = good, p.head_dim = 36, p.head_dim_v = 36;
   refused(p, "head_dim 36 (takes multiples of 8)");
-  {
-    int32_t* cu = nullptr;
-    CUDA_OK(cudaMalloc(&cu, 8));
-    CUDA_OK(cudaMemset(cu, 0, 8));
-    p = good, p.maybe_cu_seqlens_q = cu, p.maybe_cu_seqlens_k = cu;
-    refused(p, "maybe_cu_seqlens_q");
-    cudaFree(cu);
-  }
+  const int32_t host_cu[2] = {0, 17};  // varlen is taken, from device memory
+  p = good, p.maybe_cu_seqlens_q = host_cu, p.maybe_cu_seqlens_k = host_cu;
+  refused(p, "maybe_cu_seqlens_q is not device memory");
   std::vector<uint16_t> host(17 * 2 * 64);
   p = good, p.q.data = host.data();
   refused(p, "q is not device memory");

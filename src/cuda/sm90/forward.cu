@@ -1,10 +1,16 @@
-// Host side of the Hopper forward: the selection shared by supported(), workspace() and run(), and
-// the translation of ForwardParams into the kernel's params (tensor maps included). What this path
-// does not take is refused with the reason, and kAuto then runs the sm80 path.
+// Host side of the Hopper forward: the selection shared by supported(), workspace() and run(), the
+// translation of ForwardParams into the kernel's params (tensor maps and the persistent schedule
+// included), and the grid. What this path does not take is refused with the reason, and kAuto then
+// runs the sm80 path.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <string>
 
 #include "core/problem.hpp"
@@ -25,7 +31,7 @@ using sm90::ForwardTiles;
 struct Instance {
   int head_dim;
   DType dtype;
-  cudaError_t (*launch)(const ForwardKernelParams&, int, int, cudaStream_t);
+  cudaError_t (*launch)(const ForwardKernelParams&, int, cudaStream_t);
 };
 
 // The built instantiations, then a sentinel so that a build without sm_90a still has a table;
@@ -63,33 +69,65 @@ int largest_head_dim(DType dtype) {
   return largest;
 }
 
+// Where 32-bit indices of the kernel would not hold: the packed rows of a varlen problem (upper
+// bound: batch x longest) and the number of work items. Empty when they hold.
+std::string schedule_limits(const Dims& d, int block_m) {
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  if (d.varlen && d.batch * (d.seqlen_q + d.seqlen_k) + 2 * block_m > kMax)
+    return "batch x (seqlen_q + seqlen_k) above 2^31 - 1 (32-bit packed row indices of a variable-length batch)";
+  const int64_t m_blocks = (d.seqlen_q + block_m - 1) / block_m;
+  if ((m_blocks + 1) * d.batch * d.heads_q > kMax - 4096)
+    return "batch x heads_q x query tiles above 2^31 - 4096 (work items)";
+  return {};
+}
+
+// The persistent grid (one block per multiprocessor) where the head dim's policy asks for it, else
+// one block per work item (the launch shape of steps 1-3). FLASHATTN_SM90_PERSISTENT=0 or 1 in the
+// environment (read once; for measurements) overrides the policy for every head dim.
+bool persistent_schedule(const ForwardTiles& tiles) {
+  static const int forced = [] {
+    const char* env = std::getenv("FLASHATTN_SM90_PERSISTENT");
+    if (env == nullptr) return -1;
+    return std::strcmp(env, "0") == 0 ? 0 : 1;
+  }();
+  return forced < 0 ? tiles.persistent : forced == 1;
+}
+
 // The kernel params; the tensor maps' boxes follow the instantiation's tile shape. A map that TMA
 // cannot describe (strides not multiples of 16 bytes, sizes out of range) gives a status naming
-// the tensor and the field.
+// the tensor and the field. Varlen: one batch entry of batch x longest rows, an upper bound of the
+// packed total that the kernel never reads past (its boxes stop at each sequence's end).
 Status kernel_params(const ForwardParams& p, const Instance& inst, ForwardKernelParams* k) {
   const Dims d = resolve_dims(p);
   const ForwardTiles tiles = sm90::forward_tiles(inst.head_dim);
   *k = ForwardKernelParams{};
+  const int64_t map_batch = d.varlen ? 1 : d.batch;
+  const auto map_rows = [&](int64_t seqlen) { return d.varlen ? std::max<int64_t>(1, d.batch * seqlen) : seqlen; };
   const struct {
     CUtensorMap* map;
     const ConstTensor& t;
     int64_t seqlen, heads;
     int box_rows;
     const char* name;
-  } maps[] = {{&k->q_map, p.q, d.seqlen_q, d.heads_q, tiles.block_m(), "q"},
-              {&k->k_map, p.k, d.seqlen_k, d.heads_kv, tiles.block_n, "k"},
-              {&k->v_map, p.v, d.seqlen_k, d.heads_kv, tiles.block_n, "v"}};
+  } maps[] = {{&k->q_map, p.q, map_rows(d.seqlen_q), d.heads_q, tiles.block_m(), "q"},
+              {&k->k_map, p.k, map_rows(d.seqlen_k), d.heads_kv, tiles.block_n, "k"},
+              {&k->v_map, p.v, map_rows(d.seqlen_k), d.heads_kv, tiles.block_n, "v"}};
   for (const auto& m : maps) {
-    const Status s = cuda::sm90::make_attention_tensor_map(m.map, p.dtype, m.t.data, d.batch, m.seqlen, m.heads,
+    const Status s = cuda::sm90::make_attention_tensor_map(m.map, p.dtype, m.t.data, map_batch, m.seqlen, m.heads,
                                                            d.head_dim, m.t.batch_stride, m.t.row_stride,
                                                            m.t.head_stride, m.box_rows);
     if (!s) return {s.code, std::string(m.name) + ": " + s.message};
   }
   k->o = p.o.data;
   k->maybe_lse = p.maybe_lse;
-  k->o_batch_stride = p.o.batch_stride, k->o_row_stride = p.o.row_stride, k->o_head_stride = p.o.head_stride;
-  k->lse_batch_stride = p.lse_batch_stride;
+  k->o_batch_stride = d.varlen ? 0 : p.o.batch_stride;
+  k->o_row_stride = p.o.row_stride, k->o_head_stride = p.o.head_stride;
+  k->lse_batch_stride = d.varlen ? 0 : p.lse_batch_stride;
   k->lse_head_stride = p.lse_head_stride;
+  k->maybe_cu_seqlens_q = p.maybe_cu_seqlens_q;
+  k->maybe_cu_seqlens_k = p.maybe_cu_seqlens_k;
+  k->batch = static_cast<int>(d.batch);
+  k->heads_q = static_cast<int>(d.heads_q);
   k->seqlen_q = static_cast<int>(d.seqlen_q);
   k->seqlen_k = static_cast<int>(d.seqlen_k);
   k->group = static_cast<int>(d.group);
@@ -100,8 +138,37 @@ Status kernel_params(const ForwardParams& p, const Instance& inst, ForwardKernel
   k->bottom_right = band.bottom_right;
   k->window_left = band.window_left;
   k->window_right = band.window_right;
+  // Tiles of unequal cost (a band) are paired for the persistent grid's static stride.
+  k->m_blocks = static_cast<int>((d.seqlen_q + tiles.block_m() - 1) / tiles.block_m());
+  k->pair_tiles = persistent_schedule(tiles) && (band.window_left >= 0 || band.window_right >= 0);
+  const int64_t per_head = k->pair_tiles ? 2 * ((k->m_blocks + 1) / 2) : k->m_blocks;
+  k->num_items = static_cast<int>(per_head * d.batch * d.heads_q);
   k->softcap = p.softcap;
+  k->softcap_to_exp2 = p.softcap > 0.0f ? d.scale / p.softcap * 2.0f * cuda::kLog2e : 0.0f;
   return {};
+}
+
+// Multiprocessors of `device`, asked of the runtime once per device.
+int multiprocessors(int device) {
+  constexpr int kCachedDevices = 64;
+  static std::atomic<int> cached[kCachedDevices] = {};
+  if (device >= 0 && device < kCachedDevices)
+    if (const int n = cached[device].load(std::memory_order_relaxed); n > 0) return n;
+  int n = 0;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || n < 1) {
+    cudaGetLastError();
+    return 0;
+  }
+  if (device >= 0 && device < kCachedDevices) cached[device].store(n, std::memory_order_relaxed);
+  return n;
+}
+
+// The grid: one block per multiprocessor (a block takes nearly all of one's shared memory), each
+// running work items in a loop (paired items two at a time); or one block per item.
+int grid_blocks(const ForwardKernelParams& k, const ForwardTiles& tiles, int device) {
+  const int sms = persistent_schedule(tiles) ? multiprocessors(device) : 0;
+  const int units = k.pair_tiles ? k.num_items / 2 : k.num_items;  // what the stride runs over
+  return sms > 0 ? std::min(sms, units) : units;
 }
 
 }  // namespace
@@ -120,13 +187,14 @@ Status cuda_sm90_forward_supported(const ForwardParams& p) {
   if (inst == nullptr)
     return not_supported("head_dim " + std::to_string(d.head_dim) + " (the largest built is " +
                          std::to_string(largest_head_dim(p.dtype)) + ")");
-  if (d.varlen) return not_supported("maybe_cu_seqlens_q: variable-length batches (not yet on this path)");
   if (p.maybe_alibi_slopes != nullptr) return not_supported("maybe_alibi_slopes: ALiBi (not on this path)");
   if (p.maybe_bias.data != nullptr) return not_supported("maybe_bias: additive bias (not on this path)");
   if (p.maybe_mask.data != nullptr) return not_supported("maybe_mask: boolean mask (not on this path)");
   if (!(d.scale > 0.0f) || !std::isfinite(d.scale))
     return not_supported("softmax_scale " + std::to_string(d.scale) + " (takes finite positive scales)");
   if (const std::string limit = cuda_host::index_limits(d); !limit.empty()) return not_supported(limit);
+  if (const std::string limit = schedule_limits(d, sm90::forward_tiles(inst->head_dim).block_m()); !limit.empty())
+    return not_supported(limit);
 
   cuda_host::Device device;
   if (!cuda_host::current_device(&device)) return not_supported("no usable CUDA device");
@@ -138,13 +206,19 @@ Status cuda_sm90_forward_supported(const ForwardParams& p) {
     return not_supported("head_dim " + std::to_string(d.head_dim) + " needs " + std::to_string(tiles.smem_bytes()) +
                          " bytes of shared memory per block, the device has " + std::to_string(device.smem_optin));
   if (const char* name = cuda_host::first_not_on_device(
-          {{p.q.data, "q"}, {p.k.data, "k"}, {p.v.data, "v"}, {p.o.data, "o"}, {p.maybe_lse, "maybe_lse"}},
+          {{p.q.data, "q"},
+           {p.k.data, "k"},
+           {p.v.data, "v"},
+           {p.o.data, "o"},
+           {p.maybe_lse, "maybe_lse"},
+           {p.maybe_cu_seqlens_q, "maybe_cu_seqlens_q"},
+           {p.maybe_cu_seqlens_k, "maybe_cu_seqlens_k"}},
           device.index))
     return not_supported(std::string(name) + " is not device memory of the current device");
   const size_t elem = dtype_size(p.dtype);
   const struct { ConstTensor t; const char* name; } tensors[] = {{p.q, "q"}, {p.k, "k"}, {p.v, "v"}, {p.o, "o"}};
   for (const auto& t : tensors)
-    if (!cuda_host::aligned_16(t.t, /*varlen=*/false, elem))
+    if (!cuda_host::aligned_16(t.t, d.varlen, elem))
       return not_supported(std::string(t.name) + ": data and strides must be 16-byte aligned");
   ForwardKernelParams k;
   if (const Status s = kernel_params(p, *inst, &k); !s) return not_supported(s.message);
@@ -160,8 +234,11 @@ Status cuda_sm90_forward(const ForwardParams& p, void* /*workspace*/, void* stre
   // supported() encoded the same maps (for its checks), so this does not fail; it is encoded again
   // here because the maps travel by value in the kernel's parameters.
   if (const Status s = kernel_params(p, *inst, &k); !s) return {StatusCode::kInternal, "cuda sm90 forward: " + s.message};
-  if (const cudaError_t e =
-          inst->launch(k, static_cast<int>(p.batch), static_cast<int>(p.heads_q), static_cast<cudaStream_t>(stream));
+  int device = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
+    return {StatusCode::kInternal, std::string("cuda sm90 forward: cudaGetDevice failed: ") + cudaGetErrorString(e)};
+  if (const cudaError_t e = inst->launch(k, grid_blocks(k, sm90::forward_tiles(inst->head_dim), device),
+                                        static_cast<cudaStream_t>(stream));
       e != cudaSuccess)
     return {StatusCode::kInternal, std::string("cuda sm90 forward: launch failed: ") + cudaGetErrorString(e)};
   return {};

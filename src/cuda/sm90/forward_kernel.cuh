@@ -1,25 +1,34 @@
-// The Hopper forward (sm_90a), FlashAttention-3's warp-specialised design, steps 1-3 of
-// docs/hopper_forward.md. One block owns Br = 64 C query rows of one (batch, head):
+// The Hopper forward (sm_90a), FlashAttention-3's warp-specialised design, steps 1-4 of
+// docs/hopper_forward.md. A persistent block (one per SM) runs work items, each Br = 64 C query rows
+// of one (batch, head), in the order of tile_scheduler.cuh:
 //
-//   producer warpgroup (one thread):  Q once, then K(n), V(n) for the visible key tiles, last to
-//       first (the tiles that need the per-element mask come first), into `stages` K and V slots;
-//       full[slot] completes when a tile's bytes land (expect_tx), empty[slot] when every consumer
-//       thread has finished reading it.
+//   producer warpgroup (one thread):  per item, K(n) and V(n) for the visible key tiles, last to
+//       first (the tiles that need the per-element mask come first), into `stages` K and V slots,
+//       and the item's Q tile right after its first K tile; full[slot] completes when a tile's
+//       bytes land (expect_tx), empty[slot] when every consumer thread has finished reading it.
+//       Q waits for q_empty: the consumers stage the previous item's O through the Q tile.
 //   consumer warpgroup c (C of them, 64 rows each):  per tile, S = Q Kᵀ (wgmma from shared memory),
 //       release K, mask, online softmax in registers on the accumulator layout, O += P V with P from
 //       registers (wgmma_rs, V read MN-major), release V; then O / l and lse, written through the
-//       consumer's own rows of the Q tile with 16-byte stores, rows past seqlen_q not written.
+//       consumer's own rows of the Q tile with 16-byte stores, rows outside the item not written;
+//       then q_empty.
+//
+// So the producer loads the next item's first K/V tiles while the consumers run the current
+// item's last GEMMs and epilogue, and its Q as soon as they are done with the Q tile.
 //
 // The consumers' schedule is the policy's (policy.hpp). Step 1 (serial): S(j), wait, softmax, P V,
 // wait. Steps 2-3 (pipelined): in phases; phase j issues S(j) and O += P(j-1) V(j-1) together (the
 // first phase S(0) alone, the last P(N-1) V(N-1) alone), then computes the softmax of S(j):
 //   overlap   after wgmma_wait<1> (S(j) done, P(j-1) V(j-1) still running), else after wait<0>;
-//   pingpong  phases are issued in turns, consumer 0, 1, ..., C-1, 0, ... (GemmTurns below).
+//   pingpong  phases are issued in turns, consumer 0, 1, ..., C-1, 0, ... (GemmTurns below), one
+//             ring over all of the block's items.
 // o *= alpha(j-1) happens just before O += P(j-1) V(j-1) is issued, when o is not in flight.
 //
-// Slot protocol: tile number i (0, 1, ... in issue order) uses slot i % stages in round
-// i / stages; consumers wait full with parity round & 1; the producer waits empty with parity
-// (round & 1) ^ 1, which passes at once in round 0 (mbarrier.cuh).
+// Slot protocol: the block's K/V tiles are numbered 0, 1, ... in issue order over all its items;
+// tile number g uses slot g % stages in round g / stages; consumers wait full with parity round & 1;
+// the producer waits empty with parity (round & 1) ^ 1, which passes at once in round 0
+// (mbarrier.cuh). Q likewise: the block's L-th Q load (items without visible key tiles load none)
+// completes q_full's phase L, and waits for q_empty's phase L - 1. No barrier is initialised twice.
 //
 // kSoftcap: the variant with softcap (scores become final logits before the softmax, which then
 // scales by log2 e alone), launched only when softcap > 0.
@@ -42,6 +51,7 @@
 #include "cuda/sm90/kernel_params.hpp"
 #include "cuda/sm90/policy.hpp"
 #include "cuda/sm90/softmax.cuh"
+#include "cuda/sm90/tile_scheduler.cuh"
 
 namespace flashattn::detail::sm90 {
 
@@ -57,25 +67,32 @@ static_assert(static_cast<int>(NamedBarrier::kGemmTurn) + ForwardTiles::kMaxCons
 // Ping-pong (step 2): the consumers issue their GEMM phases in a ring, 0, 1, ..., C-1, 0, ...
 // Consumer c waits for its turn on barrier kGemmTurn + c (bar.sync) and, once its GEMMs are issued,
 // hands the turn to c + 1 (bar.arrive on kGemmTurn + (c + 1) % C); each use of a barrier counts
-// 2 x 128 threads, the waiting consumer's and the arriving one's. Every consumer runs the same
-// number of phases (the tile range is the block's), so for the arrivals on each barrier to match
-// its waits exactly, consumer 0 does not wait for its first phase (it starts the ring) and consumer
-// C-1 does not hand over after its last one (nobody waits for it). A barrier never holds arrivals
-// of two phases: a hand-over follows its sender's own turn, which the ring places after the
-// receiver's previous turn. kEnabled = false: no barriers at all.
+// 2 x 128 threads, the waiting consumer's and the arriving one's. The ring runs over all of the
+// block's items as one sequence of phases (every consumer runs the same items, and the same number
+// of phases in each: the tile range is the item's), so that no barrier ever holds arrivals of two
+// phases: a hand-over follows its sender's own turn, which the ring places after the receiver's
+// previous turn. For the arrivals on each barrier to match its waits exactly, consumer 0 does not
+// wait for the block's first phase (it starts the ring), and once the block's items are done it
+// takes one last turn (finish) that receives consumer C-1's last hand-over. kEnabled = false: no
+// barriers at all.
 template <int kConsumers, bool kEnabled>
 struct GemmTurns {
   static constexpr int kThreads = 2 * hw::kWarpgroupThreads;
   int c;
 
-  __device__ __forceinline__ void take(bool first_phase) const {
+  __device__ __forceinline__ void take(bool block_first_phase) const {
     if constexpr (kEnabled)
-      if (!(first_phase && c == 0)) hw::named_barrier_sync(static_cast<int>(NamedBarrier::kGemmTurn) + c, kThreads);
+      if (!(block_first_phase && c == 0))
+        hw::named_barrier_sync(static_cast<int>(NamedBarrier::kGemmTurn) + c, kThreads);
   }
-  __device__ __forceinline__ void pass(bool last_phase) const {
+  __device__ __forceinline__ void pass() const {
     if constexpr (kEnabled)
-      if (!(last_phase && c == kConsumers - 1))
-        hw::named_barrier_arrive(static_cast<int>(NamedBarrier::kGemmTurn) + (c + 1) % kConsumers, kThreads);
+      hw::named_barrier_arrive(static_cast<int>(NamedBarrier::kGemmTurn) + (c + 1) % kConsumers, kThreads);
+  }
+  // After the block's last item: consumer 0 receives the last hand-over (when any phase ran).
+  __device__ __forceinline__ void finish(bool any_phase) const {
+    if constexpr (kEnabled)
+      if (any_phase && c == 0) hw::named_barrier_sync(static_cast<int>(NamedBarrier::kGemmTurn), kThreads);
   }
 };
 
@@ -88,18 +105,55 @@ __device__ __forceinline__ void keep_alive(const uint32_t (&a)[kRows][4]) {
     asm volatile("" ::"r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]) : "memory");
 }
 
+// x, as a value the compiler cannot see through: what is computed from it stays after this point
+// (the epilogue's addresses would otherwise be hoisted out of the item loop and kept, or spilled,
+// across the main loop).
+__device__ __forceinline__ int opaque(int x) {
+  asm volatile("" : "+r"(x)::"memory");
+  return x;
+}
+
+// A consumer thread's place: consumer c (warpgroup c + 1), warp of the warpgroup (warp-uniform,
+// from lane 0), lane. Read afresh where used: kept in registers over the main loop, these and what
+// is computed from them would cost registers that d = 256 does not have.
+struct ConsumerThread {
+  int c, warp, lane;
+};
+__device__ __forceinline__ ConsumerThread consumer_thread() {
+  const int tid = opaque(static_cast<int>(threadIdx.x));
+  return {__shfl_sync(0xffffffffu, tid / hw::kWarpgroupThreads, 0) - 1,
+          __shfl_sync(0xffffffffu, tid % hw::kWarpgroupThreads / 32, 0), tid % 32};
+}
+
+// The consumers' progress over the block's items, in one register (the main loop at d = 256 leaves
+// none to spare): the item counter k; the K/V tiles consumed so far, modulo 8 (a tile's slot and
+// round parity repeat every 2 stages tiles); q_full's parity (Q tiles consumed, modulo 2); whether
+// the ring of turns has started (a tile was consumed).
+template <int kStages>
+struct Progress {
+  static_assert(8 % (2 * kStages) == 0, "slot and round parity must repeat within the 3 bits kept");
+  static constexpr uint32_t kTileBits = 7, kQOdd = 8, kStarted = 16, kItemShift = 5;
+  uint32_t bits = 0;
+
+  __device__ __forceinline__ int k() const { return static_cast<int>(bits >> kItemShift); }
+  __device__ __forceinline__ int tiles() const { return static_cast<int>(bits & kTileBits); }
+  __device__ __forceinline__ uint32_t q_parity() const { return (bits & kQOdd) ? 1u : 0u; }
+  __device__ __forceinline__ bool started() const { return (bits & kStarted) != 0; }
+  // The item is done, having consumed n_tiles K/V tiles and, when n_tiles > 0, a Q tile.
+  __device__ __forceinline__ void next_item(int n_tiles) {
+    const uint32_t item = (bits >> kItemShift) + 1;
+    if (n_tiles > 0)
+      bits = (static_cast<uint32_t>(tiles() + n_tiles) & kTileBits) | ((bits & kQOdd) ^ kQOdd) | kStarted;
+    bits = (bits & ((1u << kItemShift) - 1)) | (item << kItemShift);
+  }
+};
+
 // The block's mbarriers.
 template <int kStages>
 struct Barriers {
-  uint64_t q_full;
+  uint64_t q_full, q_empty;
   uint64_t k_full[kStages], k_empty[kStages];
   uint64_t v_full[kStages], v_empty[kStages];
-};
-
-// Which key tiles the block's rows see: [n_begin, n_end), walked from n_end - 1 down.
-struct TileRange {
-  int n_begin, n_end;
-  __device__ __forceinline__ int count() const { return n_end > n_begin ? n_end - n_begin : 0; }
 };
 
 template <int kHeadDim, class T, bool kSoftcap>
@@ -108,6 +162,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
   constexpr ForwardTiles kTiles = ForwardPolicy<kHeadDim>::kTiles;
   constexpr int kBlockM = kTiles.block_m(), kBlockN = kTiles.block_n, kStages = kTiles.stages;
   constexpr int kRows = ForwardTiles::kRowsPerConsumer;
+  constexpr int kConsumerThreads = kTiles.consumers * hw::kWarpgroupThreads;
   using QTile = hw::Sw128Tile<kBlockM, kHeadDim>;
   using KTile = hw::Sw128Tile<kBlockN, kHeadDim>;
   using VTile = hw::Sw128Tile<kBlockN, kHeadDim>;
@@ -125,25 +180,19 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
   const auto k_slot = [&](int slot) { return k_addr0 + slot * KTile::kBytes; };
   const auto v_slot = [&](int slot) { return v_addr0 + slot * VTile::kBytes; };
   const auto bar = [](uint64_t& b) { return cuda::smem_address(&b); };
-
-  // Heaviest blocks (last rows: most keys under causal masking) launch first.
-  const int m_block = gridDim.x - 1 - blockIdx.x;
-  const int h = blockIdx.y, b = blockIdx.z, h_kv = h / p.group;
-  const int i0 = m_block * kBlockM;
-  const int i1 = min(i0 + kBlockM, p.seqlen_q);
-  const sm80::Band band{p.seqlen_k, p.bottom_right ? p.seqlen_k - p.seqlen_q : 0, p.window_left, p.window_right};
-  const sm80::KeyRange keys = band.visible_keys(i0, i1);
-  const TileRange tiles{keys.lo / kBlockN, (keys.hi + kBlockN - 1) / kBlockN};
-  const int n_tiles = tiles.count();
+  // K/V tile number g (in issue order over the block's items): slot and round parity.
+  const auto slot_of = [](int g) { return g % kStages; };
+  const auto parity_of = [](int g) { return static_cast<uint32_t>((g / kStages) & 1); };
 
   if (threadIdx.x == 0) {
-    hw::mbarrier_init(bar(bars.q_full), 1);
+    hw::mbarrier_init(bar(bars.q_full), 1);                  // the producer's expect_tx
+    hw::mbarrier_init(bar(bars.q_empty), kConsumerThreads);  // every consumer thread
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
-      hw::mbarrier_init(bar(bars.k_full[s]), 1);  // the producer's expect_tx
+      hw::mbarrier_init(bar(bars.k_full[s]), 1);
       hw::mbarrier_init(bar(bars.v_full[s]), 1);
-      hw::mbarrier_init(bar(bars.k_empty[s]), kTiles.consumers * hw::kWarpgroupThreads);  // every consumer thread
-      hw::mbarrier_init(bar(bars.v_empty[s]), kTiles.consumers * hw::kWarpgroupThreads);
+      hw::mbarrier_init(bar(bars.k_empty[s]), kConsumerThreads);
+      hw::mbarrier_init(bar(bars.v_empty[s]), kConsumerThreads);
     }
     hw::fence_mbarrier_init();
   }
@@ -153,29 +202,41 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
   if (wg == 0) {
     // ---- Producer -------------------------------------------------------------------------------
     hw::setmaxnreg_dec<kTiles.producer_registers>();
-    if (threadIdx.x == 0 && n_tiles > 0) {
+    if (threadIdx.x == 0) {
       hw::tma_prefetch_descriptor(p.q_map);
       hw::tma_prefetch_descriptor(p.k_map);
       hw::tma_prefetch_descriptor(p.v_map);
-      hw::mbarrier_arrive_expect_tx(bar(bars.q_full), QTile::kBytes);
+      int g = 0;        // K/V tiles issued so far
+      int q_loads = 0;  // Q tiles loaded so far
+      for (int item = block_item(p, 0); item < p.num_items; item = next_item(p, item)) {
+        const WorkTile w = work_tile<kBlockM, kBlockN, false>(p, item);
+        const int n_tiles = w.tiles.count();
+        const int h_kv = w.h / p.group;
+        for (int i = 0; i < n_tiles; ++i, ++g) {
+          const int slot = slot_of(g), row = w.k_row0 + w.key_tile_start<kBlockN>(w.tiles.n_end - 1 - i);
+          const uint32_t empty_parity = parity_of(g) ^ 1;
+          hw::mbarrier_wait(bar(bars.k_empty[slot]), empty_parity);
+          hw::mbarrier_arrive_expect_tx(bar(bars.k_full[slot]), KTile::kBytes);
 #pragma unroll
-      for (int cb = 0; cb < QTile::kColBlocks; ++cb)
-        hw::tma_load(q_addr + QTile::col_block_offset(cb), p.q_map, bar(bars.q_full), hw::kSw128Cols * cb, i0, h, b);
-      for (int i = 0; i < n_tiles; ++i) {
-        const int n = tiles.n_end - 1 - i, slot = i % kStages;
-        const uint32_t empty_parity = ((i / kStages) & 1) ^ 1;
-        hw::mbarrier_wait(bar(bars.k_empty[slot]), empty_parity);
-        hw::mbarrier_arrive_expect_tx(bar(bars.k_full[slot]), KTile::kBytes);
+          for (int cb = 0; cb < KTile::kColBlocks; ++cb)
+            hw::tma_load(k_slot(slot) + KTile::col_block_offset(cb), p.k_map, bar(bars.k_full[slot]),
+                         hw::kSw128Cols * cb, row, h_kv, w.tma_batch);
+          if (i == 0) {  // Q, once the consumers are done with the previous item's O
+            hw::mbarrier_wait(bar(bars.q_empty), static_cast<uint32_t>(q_loads & 1) ^ 1);
+            hw::mbarrier_arrive_expect_tx(bar(bars.q_full), QTile::kBytes);
 #pragma unroll
-        for (int cb = 0; cb < KTile::kColBlocks; ++cb)
-          hw::tma_load(k_slot(slot) + KTile::col_block_offset(cb), p.k_map, bar(bars.k_full[slot]), hw::kSw128Cols * cb,
-                       n * kBlockN, h_kv, b);
-        hw::mbarrier_wait(bar(bars.v_empty[slot]), empty_parity);
-        hw::mbarrier_arrive_expect_tx(bar(bars.v_full[slot]), VTile::kBytes);
+            for (int cb = 0; cb < QTile::kColBlocks; ++cb)
+              hw::tma_load(q_addr + QTile::col_block_offset(cb), p.q_map, bar(bars.q_full), hw::kSw128Cols * cb,
+                           w.q_row0 + w.q_tile_row0, w.h, w.tma_batch);
+            ++q_loads;
+          }
+          hw::mbarrier_wait(bar(bars.v_empty[slot]), empty_parity);
+          hw::mbarrier_arrive_expect_tx(bar(bars.v_full[slot]), VTile::kBytes);
 #pragma unroll
-        for (int cb = 0; cb < VTile::kColBlocks; ++cb)
-          hw::tma_load(v_slot(slot) + VTile::col_block_offset(cb), p.v_map, bar(bars.v_full[slot]), hw::kSw128Cols * cb,
-                       n * kBlockN, h_kv, b);
+          for (int cb = 0; cb < VTile::kColBlocks; ++cb)
+            hw::tma_load(v_slot(slot) + VTile::col_block_offset(cb), p.v_map, bar(bars.v_full[slot]),
+                         hw::kSw128Cols * cb, row, h_kv, w.tma_batch);
+        }
       }
     }
     return;
@@ -183,190 +244,230 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
 
   // ---- Consumers ----------------------------------------------------------------------------------
   hw::setmaxnreg_inc<kTiles.consumer_registers>();
-  const int c = wg - 1;
-  const int t = hw::warpgroup_thread(), warp = hw::warpgroup_warp(), lane = t % 32;
-  const int g = lane / 4, quad_lane = lane % 4;
-  const int slice_row0 = c * kRows;                    // of the block
-  const int row0 = i0 + slice_row0 + 16 * warp + g;    // this thread's rows: row0 and row0 + 8
-  const uint32_t q_slice = q_addr + slice_row0 * hw::kSw128Bytes;  // rows 64 c.. of every column block
-  // Tiles that every row of the block sees whole skip the per-element mask.
-  const sm80::KeyRange full = band.keys_seen_by_all(i0, i1);
-  const float score_scale_log2 = kSoftcap ? cuda::kLog2e : p.scale_log2;  // softcap's scores are final logits
-  [[maybe_unused]] const float softcap_to_exp2 = kSoftcap ? p.scale / p.softcap * 2.0f * cuda::kLog2e : 0.0f;
-
-  float o[kO];
-#pragma unroll
-  for (int x = 0; x < kO; ++x) o[x] = 0.0f;
-  OnlineSoftmax softmax;
-  softmax.init();
-
-  // The parts of one tile, by its number i in issue order (key tile n = n_end - 1 - i, slot
-  // i % stages, full in round i / stages).
-  const auto slot_of = [](int i) { return i % kStages; };
-  const auto parity_of = [](int i) { return static_cast<uint32_t>((i / kStages) & 1); };
-  const auto wait_k = [&](int i) { hw::mbarrier_wait(bar(bars.k_full[slot_of(i)]), parity_of(i)); };
-  const auto wait_v = [&](int i) { hw::mbarrier_wait(bar(bars.v_full[slot_of(i)]), parity_of(i)); };
-  const auto release_k = [&](int i) { hw::mbarrier_arrive(bar(bars.k_empty[slot_of(i)])); };
-  const auto release_v = [&](int i) { hw::mbarrier_arrive(bar(bars.v_empty[slot_of(i)])); };
-  // S = Q K(i)ᵀ, issued and committed as one group; s belongs to the tensor cores until a wait
-  // retires the group (then wgmma_fence_operand(s)).
-  const auto issue_s = [&](float(&s)[kS], int i) {
-    hw::wgmma_fence();
-#pragma unroll
-    for (int k16 = 0; k16 < kHeadDim / 16; ++k16)
-      hw::wgmma_ss<T>(s, hw::k_major_descriptor<QTile>(q_slice, k16),
-                      hw::k_major_descriptor<KTile>(k_slot(slot_of(i)), k16), k16 > 0);
-    hw::wgmma_commit();
-    hw::wgmma_fence_operand(s);
-  };
-  // O += P V(i), one group; pa (P) and o belong to the tensor cores until a wait retires it (then
-  // wgmma_fence_operand(o) and keep_alive(pa)).
-  const auto issue_pv = [&](float(&acc)[kO], const uint32_t(&pa)[kPSteps][4], int i) {
-    hw::wgmma_fence_operand(acc);
-    hw::wgmma_fence();
-#pragma unroll
-    for (int k16 = 0; k16 < kPSteps; ++k16)
-      hw::wgmma_rs<T, 1>(acc, pa[k16], hw::mn_major_descriptor<VTile>(v_slot(slot_of(i)), k16), true);
-    hw::wgmma_commit();
-    hw::wgmma_fence_operand(acc);
-  };
-  // Scores of tile i -> final logits (softcap) -> masked where not every row sees the tile whole.
-  const auto modify_scores = [&](float(&s)[kS], int i) {
-    if constexpr (kSoftcap) {
-#pragma unroll
-      for (int x = 0; x < kS; ++x) s[x] = sm80::ScoreMods::capped(s[x], p.softcap, softcap_to_exp2);
-    }
-    const int j0 = (tiles.n_end - 1 - i) * kBlockN;
-    if (j0 < full.lo || j0 + kBlockN > full.hi) apply_band_mask(s, band, row0, j0, quad_lane);
-  };
-  const auto to_p = [](uint32_t(&pa)[kPSteps][4], const float(&s)[kS]) {
-#pragma unroll
-    for (int k16 = 0; k16 < kPSteps; ++k16) hw::a_from_accumulators<T>(pa[k16], s, k16);
-  };
-
-  if (n_tiles > 0) hw::mbarrier_wait(bar(bars.q_full), 0);
-  if constexpr (!kTiles.pingpong && !kTiles.overlap) {
-    // Step 1: one GEMM at a time.
-    for (int i = 0; i < n_tiles; ++i) {
-      float s[kS];
-      wait_k(i);
-      issue_s(s, i);
-      hw::wgmma_wait<0>();
-      hw::wgmma_fence_operand(s);
-      release_k(i);
-
-      modify_scores(s, i);
-      softmax.update(s, o, score_scale_log2);
-      uint32_t pa[kPSteps][4];
-      to_p(pa, s);
-
-      wait_v(i);
-      issue_pv(o, pa, i);
-      hw::wgmma_wait<0>();
-      hw::wgmma_fence_operand(o);
-      keep_alive(pa);
-      release_v(i);
-    }
-  } else if (n_tiles > 0) {
-    // Steps 2-3: phases 0 .. N, phase i issuing S(i) (i < N) and O += P(i-1) V(i-1) (i > 0).
-    const GemmTurns<kTiles.consumers, kTiles.pingpong> turns{c};
-    uint32_t pa[kPSteps][4];  // P(i-1), from phase i-1 to phase i
-    float alpha[2];           // alpha(i-1): o's rescaling before P(i-1) V(i-1) is added
-
-    {  // Phase 0: S(0) alone.
-      float s[kS];
-      wait_k(0);
-      turns.take(/*first_phase=*/true);
-      issue_s(s, 0);
-      turns.pass(/*last_phase=*/false);
-      hw::wgmma_wait<0>();
-      hw::wgmma_fence_operand(s);
-      release_k(0);
-      modify_scores(s, 0);
-      softmax.update(s, score_scale_log2, alpha);
-      to_p(pa, s);
-    }
-    for (int i = 1; i < n_tiles; ++i) {
-      float s[kS];
-      wait_k(i);
-      wait_v(i - 1);
-      turns.take(false);
-      issue_s(s, i);
-      OnlineSoftmax::rescale(o, alpha);
-      issue_pv(o, pa, i - 1);
-      turns.pass(false);
-      if constexpr (kTiles.overlap) {
-        hw::wgmma_wait<1>();  // S(i) done; P(i-1) V(i-1) may still run
-        hw::wgmma_fence_operand(s);
-        release_k(i);
-        modify_scores(s, i);
-        softmax.update(s, score_scale_log2, alpha);
-        hw::wgmma_wait<0>();
-        hw::wgmma_fence_operand(o);
-        keep_alive(pa);
-        release_v(i - 1);
-      } else {
-        hw::wgmma_wait<0>();
-        hw::wgmma_fence_operand(s);
-        hw::wgmma_fence_operand(o);
-        keep_alive(pa);
-        release_k(i);
-        release_v(i - 1);
-        modify_scores(s, i);
-        softmax.update(s, score_scale_log2, alpha);
-      }
-      to_p(pa, s);
-    }
-    // Phase N: P(N-1) V(N-1) alone.
-    wait_v(n_tiles - 1);
-    turns.take(false);
-    OnlineSoftmax::rescale(o, alpha);
-    issue_pv(o, pa, n_tiles - 1);
-    turns.pass(/*last_phase=*/true);
-    hw::wgmma_wait<0>();
-    hw::wgmma_fence_operand(o);
-    keep_alive(pa);
-    release_v(n_tiles - 1);
-  }
-
-  // ---- Epilogue: O / l and lse ---------------------------------------------------------------------
-  float lse[2];
-  softmax.finalize(o, kSoftcap ? 1.0f : p.scale, lse);
-
-  // O goes through this consumer's own rows of the Q tile, which only its wgmmas read; the barrier
-  // makes sure every warp of the warpgroup is past its last one (or that no Q was loaded at all).
-  hw::named_barrier_sync(static_cast<int>(NamedBarrier::kConsumerEpilogue) + c, hw::kWarpgroupThreads);
   uint8_t* q_smem = smem_raw + (q_addr - raw);
-  const int warp_row0 = slice_row0 + 16 * warp;  // of the block
-#pragma unroll
-  for (int j = 0; j < kO / 4; ++j)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint32_t packed = cuda::MmaType<T>::pack(o[acc_index(j, r, 0)], o[acc_index(j, r, 1)]);
-      *reinterpret_cast<uint32_t*>(q_smem + QTile::offset(warp_row0 + g + 8 * r, 8 * j + 2 * quad_lane)) = packed;
-    }
-  __syncwarp();
+  const float score_scale_log2 = kSoftcap ? cuda::kLog2e : p.scale_log2;  // softcap's scores are final logits
+  Progress<kStages> progress;
 
-  // Each warp stores its 16 rows, 16 bytes per lane and step.
-  const int rows_valid = i1 - (i0 + warp_row0);
-  T* out = static_cast<T*>(p.o) + b * p.o_batch_stride + int64_t{i0 + warp_row0} * p.o_row_stride + h * p.o_head_stride;
-  constexpr int kChunksPerRow = kHeadDim / 8;
-  static_assert(16 * kChunksPerRow % 32 == 0, "a warp's 16 rows split evenly over its lanes");
-#pragma unroll
-  for (int step = 0; step < 16 * kChunksPerRow / 32; ++step) {
-    const int chunk_index = lane + 32 * step;
-    const int row = chunk_index / kChunksPerRow, chunk = chunk_index % kChunksPerRow;
-    if (row < rows_valid && chunk * 8 < p.head_dim) {
-      const uint4 value = *reinterpret_cast<const uint4*>(q_smem + QTile::offset(warp_row0 + row, chunk * 8));
-      *reinterpret_cast<uint4*>(out + int64_t{row} * p.o_row_stride + chunk * 8) = value;
+  for (int item; (item = block_item(p, progress.k())) < p.num_items;) {
+    const WorkTile w = work_tile<kBlockM, kBlockN, true>(p, item);
+    if (w.empty()) {  // varlen: the sequence ends before this tile
+      progress.next_item(0);
+      continue;
     }
-  }
-  if (p.maybe_lse != nullptr && quad_lane == 0) {
-    float* lse_rows = p.maybe_lse + b * p.lse_batch_stride + h * p.lse_head_stride;
+    const int n_tiles = w.tiles.count();
+    const ConsumerThread me = consumer_thread();
+    const int c = me.c, lane = me.lane;
+    const int g_row = lane / 4, quad_lane = lane % 4;
+    const int slice_row0 = c * kRows;                 // of the Q tile
+    const int warp_row0 = slice_row0 + 16 * me.warp;  // of the Q tile
+    const uint32_t q_slice = q_addr + slice_row0 * hw::kSw128Bytes;  // rows 64 c.. of every column block
+    const GemmTurns<kTiles.consumers, kTiles.pingpong> turns{c};
+    const int row0 = w.q_tile_row0 + warp_row0 + g_row;  // this thread's queries: row0 and row0 + 8
+    // Tiles that every row of the item sees whole skip the per-element mask.
+    const sm80::KeyRange full = w.band.keys_seen_by_all(w.i0, w.i1);
+
+    float o[kO];
+    // 1 / l and lse per row; an item without key tiles: O = 0 (not staged), lse = -inf.
+    float inv_l[2] = {0.0f, 0.0f}, lse[2] = {-INFINITY, -INFINITY};
+
+    // The parts of one tile, by its K/V tile number g of the block: the item's tiles are g_begin ..
+    // g_end - 1, g holding key tile n = n_top - g (the walk goes from the last visible one down).
+    const int g_begin = progress.tiles(), g_end = g_begin + n_tiles, n_top = w.tiles.n_end - 1 + g_begin;
+    const auto wait_k = [&](int g) { hw::mbarrier_wait(bar(bars.k_full[slot_of(g)]), parity_of(g)); };
+    const auto wait_v = [&](int g) { hw::mbarrier_wait(bar(bars.v_full[slot_of(g)]), parity_of(g)); };
+    const auto release_k = [&](int g) { hw::mbarrier_arrive(bar(bars.k_empty[slot_of(g)])); };
+    const auto release_v = [&](int g) { hw::mbarrier_arrive(bar(bars.v_empty[slot_of(g)])); };
+    // S = Q K(g)ᵀ, issued and committed as one group; s belongs to the tensor cores until a wait
+    // retires the group (then wgmma_fence_operand(s)).
+    const auto issue_s = [&](float(&s)[kS], int g) {
+      hw::wgmma_fence();
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
-      if (row0 + 8 * r < i1) lse_rows[row0 + 8 * r] = lse[r];
+      for (int k16 = 0; k16 < kHeadDim / 16; ++k16)
+        hw::wgmma_ss<T>(s, hw::k_major_descriptor<QTile>(q_slice, k16),
+                        hw::k_major_descriptor<KTile>(k_slot(slot_of(g)), k16), k16 > 0);
+      hw::wgmma_commit();
+      hw::wgmma_fence_operand(s);
+    };
+    // O += P V(g), one group; pa (P) and o belong to the tensor cores until a wait retires it (then
+    // wgmma_fence_operand(o) and keep_alive(pa)).
+    const auto issue_pv = [&](float(&acc)[kO], const uint32_t(&pa)[kPSteps][4], int g) {
+      hw::wgmma_fence_operand(acc);
+      hw::wgmma_fence();
+#pragma unroll
+      for (int k16 = 0; k16 < kPSteps; ++k16)
+        hw::wgmma_rs<T, 1>(acc, pa[k16], hw::mn_major_descriptor<VTile>(v_slot(slot_of(g)), k16), true);
+      hw::wgmma_commit();
+      hw::wgmma_fence_operand(acc);
+    };
+    // Scores of tile g -> final logits (softcap) -> masked where not every row sees the tile whole
+    // (a varlen tail box, which starts before its tile, is never seen whole: it runs past sk).
+    const auto modify_scores = [&](float(&s)[kS], int g) {
+      if constexpr (kSoftcap) {
+#pragma unroll
+        for (int x = 0; x < kS; ++x) s[x] = sm80::ScoreMods::capped(s[x], p.softcap, p.softcap_to_exp2);
+      }
+      const int n = n_top - g, j0 = n * kBlockN;
+      if (j0 < full.lo || j0 + kBlockN > full.hi)
+        apply_band_mask(s, w.band, row0, w.key_tile_start<kBlockN>(n), j0, quad_lane);
+    };
+    const auto to_p = [](uint32_t(&pa)[kPSteps][4], const float(&s)[kS]) {
+#pragma unroll
+      for (int k16 = 0; k16 < kPSteps; ++k16) hw::a_from_accumulators<T>(pa[k16], s, k16);
+    };
+
+    if (n_tiles > 0) {
+#pragma unroll
+      for (int x = 0; x < kO; ++x) o[x] = 0.0f;
+      OnlineSoftmax softmax;
+      softmax.init();
+      hw::mbarrier_wait(bar(bars.q_full), progress.q_parity());
+      if constexpr (!kTiles.pingpong && !kTiles.overlap) {
+        // Step 1: one GEMM at a time.
+        for (int g = g_begin; g < g_end; ++g) {
+          float s[kS];
+          wait_k(g);
+          issue_s(s, g);
+          hw::wgmma_wait<0>();
+          hw::wgmma_fence_operand(s);
+          release_k(g);
+
+          modify_scores(s, g);
+          softmax.update(s, o, score_scale_log2);
+          uint32_t pa[kPSteps][4];
+          to_p(pa, s);
+
+          wait_v(g);
+          issue_pv(o, pa, g);
+          hw::wgmma_wait<0>();
+          hw::wgmma_fence_operand(o);
+          keep_alive(pa);
+          release_v(g);
+        }
+      } else {
+        // Steps 2-3: phases 0 .. N (N = n_tiles), phase i issuing S(i) (i < N) and O += P(i-1) V(i-1)
+        // (i > 0); the item's tile i is the block's K/V tile g = g_begin + i.
+        uint32_t pa[kPSteps][4];  // P(g-1), from phase g-1 to phase g
+        float alpha[2];           // alpha(g-1): o's rescaling before P(g-1) V(g-1) is added
+
+        {  // Phase 0: S(0) alone.
+          float s[kS];
+          wait_k(g_begin);
+          turns.take(/*block_first_phase=*/!progress.started());
+          issue_s(s, g_begin);
+          turns.pass();
+          hw::wgmma_wait<0>();
+          hw::wgmma_fence_operand(s);
+          release_k(g_begin);
+          modify_scores(s, g_begin);
+          softmax.update(s, score_scale_log2, alpha);
+          to_p(pa, s);
+        }
+        for (int g = g_begin + 1; g < g_end; ++g) {
+          float s[kS];
+          wait_k(g);
+          wait_v(g - 1);
+          turns.take(false);
+          issue_s(s, g);
+          OnlineSoftmax::rescale(o, alpha);
+          issue_pv(o, pa, g - 1);
+          turns.pass();
+          if constexpr (kTiles.overlap) {
+            hw::wgmma_wait<1>();  // S(g) done; P(g-1) V(g-1) may still run
+            hw::wgmma_fence_operand(s);
+            release_k(g);
+            modify_scores(s, g);
+            softmax.update(s, score_scale_log2, alpha);
+            hw::wgmma_wait<0>();
+            hw::wgmma_fence_operand(o);
+            keep_alive(pa);
+            release_v(g - 1);
+          } else {
+            hw::wgmma_wait<0>();
+            hw::wgmma_fence_operand(s);
+            hw::wgmma_fence_operand(o);
+            keep_alive(pa);
+            release_k(g);
+            release_v(g - 1);
+            modify_scores(s, g);
+            softmax.update(s, score_scale_log2, alpha);
+          }
+          to_p(pa, s);
+        }
+        // Phase N: P(N-1) V(N-1) alone.
+        wait_v(g_end - 1);
+        turns.take(false);
+        OnlineSoftmax::rescale(o, alpha);
+        issue_pv(o, pa, g_end - 1);
+        turns.pass();
+        hw::wgmma_wait<0>();
+        hw::wgmma_fence_operand(o);
+        keep_alive(pa);
+        release_v(g_end - 1);
+      }
+
+      softmax.finalize(kSoftcap ? 1.0f : p.scale, inv_l, lse);
+    }
+
+    // ---- Epilogue: O / l and lse -------------------------------------------------------------------
+    // O goes through this consumer's own rows of the Q tile, which only its wgmmas read; the barrier
+    // makes sure every warp of the warpgroup is past its last one. An item without key tiles loaded
+    // no Q: its rows are zeros, stored without the Q tile (the next item's Q may be landing there).
+    const bool staged = n_tiles > 0;
+    hw::named_barrier_sync(static_cast<int>(NamedBarrier::kConsumerEpilogue) + c, hw::kWarpgroupThreads);
+    const int e_lane = opaque(lane), e_warp_row0 = opaque(warp_row0);
+    const int e_g = e_lane / 4, e_quad = e_lane % 4;
+    if (staged) {
+#pragma unroll
+      for (int j = 0; j < kO / 4; ++j)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const uint32_t packed =
+              cuda::MmaType<T>::pack(o[acc_index(j, r, 0)] * inv_l[r], o[acc_index(j, r, 1)] * inv_l[r]);
+          *reinterpret_cast<uint32_t*>(q_smem + QTile::offset(e_warp_row0 + e_g + 8 * r, 8 * j + 2 * e_quad)) =
+              packed;
+        }
+    }
+    __syncwarp();
+
+    // The item's rows and addresses, resolved again rather than kept in registers over the main loop.
+    const WorkTile e = work_tile<kBlockM, kBlockN, true>(p, block_item(p, opaque(progress.k())));
+    // Each warp stores its 16 rows (queries warp_q0 ..), 16 bytes per lane and step, those of the
+    // item only.
+    const int warp_q0 = e.q_tile_row0 + e_warp_row0;
+    T* out = static_cast<T*>(p.o) + e.b * p.o_batch_stride + (int64_t{e.q_row0} + warp_q0) * p.o_row_stride +
+             e.h * p.o_head_stride;
+    constexpr int kChunksPerRow = kHeadDim / 8;
+    static_assert(16 * kChunksPerRow % 32 == 0, "a warp's 16 rows split evenly over its lanes");
+#pragma unroll
+    for (int step = 0; step < 16 * kChunksPerRow / 32; ++step) {
+      const int chunk_index = e_lane + 32 * step;
+      const int row = chunk_index / kChunksPerRow, chunk = chunk_index % kChunksPerRow;
+      const int query = warp_q0 + row;
+      if (query >= e.i0 && query < e.i1 && chunk * 8 < p.head_dim) {
+        const uint4 value =
+            staged ? *reinterpret_cast<const uint4*>(q_smem + QTile::offset(e_warp_row0 + row, chunk * 8))
+                   : make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(out + int64_t{row} * p.o_row_stride + chunk * 8) = value;
+      }
+    }
+    if (p.maybe_lse != nullptr && e_quad == 0) {
+      float* lse_rows = p.maybe_lse + e.b * p.lse_batch_stride + e.h * p.lse_head_stride + e.q_row0;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int query = warp_q0 + e_g + 8 * r;
+        if (query >= e.i0 && query < e.i1) lse_rows[query] = lse[r];
+      }
+    }
+    if (staged) {
+      // The Q tile is free for the next item's TMA load: this thread's shared-memory reads and
+      // writes are ordered before the async proxy's writes, then released to the producer.
+      hw::fence_proxy_async_shared();
+      hw::mbarrier_arrive(bar(bars.q_empty));
+    }
+    progress.next_item(n_tiles);
   }
+  const GemmTurns<kTiles.consumers, kTiles.pingpong> turns{consumer_thread().c};
+  turns.finish(/*any_phase=*/progress.started());
 }
 
 }  // namespace flashattn::detail::sm90

@@ -1,6 +1,7 @@
 // What the Hopper forward kernel reads: ForwardParams resolved on the host into tensor maps and
 // plain values. The kernel takes it as a `const __grid_constant__` parameter so that the maps'
-// addresses are valid for TMA. Tensors are [batch, seqlen, heads, dim] with element strides.
+// addresses are valid for TMA. Tensors are [batch, seqlen, heads, dim] with element strides; with
+// variable-length batches [total, heads, dim] (batch 1 in the maps, batch strides 0 here).
 #pragma once
 
 #include <cuda.h>  // CUtensorMap (a type only)
@@ -11,19 +12,32 @@ namespace flashattn::detail::sm90 {
 
 struct ForwardKernelParams {
   // 128-byte-swizzled boxes of 64 columns: q in Br-row boxes, k and v in Bc-row boxes; coordinates
-  // (column, row, head, batch); rows past seqlen read as zeros.
+  // (column, row, head, batch); rows past the map's seqlen read as zeros. Varlen: one batch entry
+  // of batch x max-seqlen rows (an upper bound of the packed total: tile_scheduler.cuh keeps every
+  // box inside its sequence's end, so no row past the real total is ever read).
   CUtensorMap q_map;  // [batch, seqlen_q, heads_q,  head_dim]
   CUtensorMap k_map;  // [batch, seqlen_k, heads_kv, head_dim]
   CUtensorMap v_map;  // [batch, seqlen_k, heads_kv, head_dim]
 
   void* o;           // [batch, seqlen_q, heads_q, head_dim], written with 16-byte stores
-  float* maybe_lse;  // [batch, heads_q, seqlen_q]; null: not written
-  int64_t o_batch_stride, o_row_stride, o_head_stride;
-  int64_t lse_batch_stride, lse_head_stride;
+  float* maybe_lse;  // [batch, heads_q, seqlen_q] (varlen: [heads_q, total_q]); null: not written
+  int64_t o_batch_stride, o_row_stride, o_head_stride;  // varlen: o_batch_stride = 0
+  int64_t lse_batch_stride, lse_head_stride;            // varlen: lse_batch_stride = 0
 
-  int seqlen_q, seqlen_k;
+  // Variable-length batches: int32 [batch + 1] row offsets in device memory, both or neither.
+  const int32_t* maybe_cu_seqlens_q;
+  const int32_t* maybe_cu_seqlens_k;
+
+  int batch, heads_q;
+  int seqlen_q, seqlen_k;  // varlen: the longest sequence's (upper bounds)
   int group;     // heads_q / heads_kv
   int head_dim;  // runtime head dim, a multiple of 8 up to the instantiation's
+
+  // The persistent schedule (tile_scheduler.cuh): work items (query tile, head, batch), numbered
+  // 0 .. num_items - 1 and run with a static stride over the grid.
+  int m_blocks;     // query tiles per (batch, head): ceil(seqlen_q / Br)
+  bool pair_tiles;  // items are pairs (tile M-1-j, tile j) of one (batch, head): causal/window bands
+  int num_items;    // batch * heads_q * (pair_tiles ? 2 ceil(m_blocks / 2) : m_blocks)
 
   float scale;       // softmax scale
   float scale_log2;  // scale * log2(e)
@@ -32,7 +46,8 @@ struct ForwardKernelParams {
   bool bottom_right;
   int window_left, window_right;
 
-  float softcap;  // > 0: x -> softcap tanh(x / softcap) on the scaled score (a kernel variant); 0: off
+  float softcap;          // > 0: x -> softcap tanh(x / softcap) on the scaled score (a kernel variant); 0: off
+  float softcap_to_exp2;  // scale / softcap * 2 log2(e): the raw score's factor in ScoreMods::capped
 };
 
 }  // namespace flashattn::detail::sm90

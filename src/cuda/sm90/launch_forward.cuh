@@ -1,4 +1,4 @@
-// Definition of the sm90 launch_forward: grid (query blocks, heads_q, batch), dynamic shared memory
+// Definition of the sm90 launch_forward: a persistent grid of `blocks` blocks, dynamic shared memory
 // from the tile policy, and the softcap variant only when softcap is on. Included only by the
 // generated instantiation files.
 #pragma once
@@ -16,23 +16,22 @@ template <> struct StorageType<DType::kFloat16> { using type = __half; };
 template <> struct StorageType<DType::kBFloat16> { using type = __nv_bfloat16; };
 
 template <int kHeadDim, class T, bool kSoftcap>
-cudaError_t launch_variant(const ForwardKernelParams& p, int batch, int heads_q, cudaStream_t stream) {
+cudaError_t launch_variant(const ForwardKernelParams& p, int blocks, cudaStream_t stream) {
   constexpr ForwardTiles kTiles = ForwardPolicy<kHeadDim>::kTiles;
   const auto kernel = forward_kernel<kHeadDim, T, kSoftcap>;
   constexpr int kSmem = kTiles.smem_bytes();
   if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       e != cudaSuccess)
     return e;
-  const dim3 grid((p.seqlen_q + kTiles.block_m() - 1) / kTiles.block_m(), heads_q, batch);
-  kernel<<<grid, kTiles.threads(), kSmem, stream>>>(p);
+  kernel<<<blocks, kTiles.threads(), kSmem, stream>>>(p);
   return cudaGetLastError();
 }
 
 template <int kHeadDim, DType kDType>
-cudaError_t launch_forward(const ForwardKernelParams& p, int batch, int heads_q, cudaStream_t stream) {
+cudaError_t launch_forward(const ForwardKernelParams& p, int blocks, cudaStream_t stream) {
   using T = typename StorageType<kDType>::type;
-  return p.softcap > 0.0f ? launch_variant<kHeadDim, T, true>(p, batch, heads_q, stream)
-                          : launch_variant<kHeadDim, T, false>(p, batch, heads_q, stream);
+  return p.softcap > 0.0f ? launch_variant<kHeadDim, T, true>(p, blocks, stream)
+                          : launch_variant<kHeadDim, T, false>(p, blocks, stream);
 }
 
 }  // namespace flashattn::detail::sm90

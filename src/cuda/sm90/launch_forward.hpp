@@ -10,11 +10,13 @@
 
 namespace flashattn::detail::sm90 {
 
+// blocks: the grid (forward.cu: one block per SM, or per work item), each block running its share
+// of the work items (tile_scheduler.cuh's block_item walk).
 template <int kHeadDim, DType kDType>
-cudaError_t launch_forward(const ForwardKernelParams& p, int batch, int heads_q, cudaStream_t stream);
+cudaError_t launch_forward(const ForwardKernelParams& p, int blocks, cudaStream_t stream);
 
 #define FLASHATTN_SM90_FORWARD_INSTANCE(HEAD_DIM, DTYPE) \
-  extern template cudaError_t launch_forward<HEAD_DIM, DTYPE>(const ForwardKernelParams&, int, int, cudaStream_t);
+  extern template cudaError_t launch_forward<HEAD_DIM, DTYPE>(const ForwardKernelParams&, int, cudaStream_t);
 #include "cuda/sm90/instantiations/forward_list.inc"
 #undef FLASHATTN_SM90_FORWARD_INSTANCE
 

@@ -23,6 +23,8 @@ struct ForwardTiles {
   int stages;      // K tiles and V tiles in flight
   int producer_registers, consumer_registers;
   bool pingpong, overlap;  // the consumers' schedule (above)
+  bool persistent;         // step 4: one block per multiprocessor looping over work items
+                           // (tile_scheduler.cuh); false: one block per item (host side only)
 
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kRowsPerConsumer = 64;
@@ -48,15 +50,20 @@ struct ForwardTiles {
 // at d = 128 and a quarter at d = 256, so the turns pay where the softmax is a large share (d <= 128;
 // at d = 64 a ring of three: each consumer's softmax runs under the other two's GEMMs) and at
 // d >= 192 the overlap within a warpgroup hides it alone. Setting both to false gives step 1 back.
+// Registers: at d = 256 the consumers need 240 (O alone is 128) once the persistent loop's state
+// is live across the main loop; the producer (TMA issue and the item walk) fits in 24.
+// Persistent: measured against one block per item in one run (docs/perf.md, step 4): +3-8% at
+// d = 256 and on short or causal d = 128 shapes, -2 to -7% at d = 64 (three consumers at 157 of
+// 160 registers; its causal pairs balance worse), so d = 64 keeps one block per item.
 constexpr ForwardTiles forward_tiles(int head_dim) {
   switch (head_dim) {
-    //               d  consumers  Bc stages registers (producer, consumer) pingpong overlap
-    case 64: return {64, 3, 128, 2, 32, 160, true, false};
-    case 96: return {96, 2, 128, 2, 40, 232, true, true};
-    case 128: return {128, 2, 128, 2, 40, 232, true, true};
-    case 192: return {192, 2, 96, 2, 40, 232, false, true};
-    case 256: return {256, 2, 80, 2, 40, 232, false, true};
-    default: return {0, 0, 0, 0, 0, 0, false, false};
+    //               d  consumers  Bc stages registers (producer, consumer) pingpong overlap persistent
+    case 64: return {64, 3, 128, 2, 32, 160, true, false, false};
+    case 96: return {96, 2, 128, 2, 40, 232, true, true, true};
+    case 128: return {128, 2, 128, 2, 40, 232, true, true, true};
+    case 192: return {192, 2, 96, 2, 40, 232, false, true, true};
+    case 256: return {256, 2, 80, 2, 24, 240, false, true, true};
+    default: return {0, 0, 0, 0, 0, 0, false, false, false};
   }
 }
 

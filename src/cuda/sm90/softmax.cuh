@@ -78,38 +78,36 @@ struct OnlineSoftmax {
     rescale(o, alpha);
   }
 
-  // Divides o by l; returns each row's natural-log lse (-inf for rows that saw no key). `scale`
-  // converts m to natural units (1 when the scores already are final logits).
-  template <int kO>
-  __device__ __forceinline__ void finalize(float (&o)[kO], float scale, float (&lse)[2]) {
+  // Each row's 1 / l (O = o / l, applied by the epilogue as it stores o) and natural-log lse; 0 and
+  // -inf for rows that saw no key. `scale` converts m to natural units (1 when the scores already
+  // are final logits).
+  __device__ __forceinline__ void finalize(float scale, float (&inv_l)[2], float (&lse)[2]) const {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float sum = cuda::quad_sum(l[r]);
-      const float inv_l = sum > 0.0f ? 1.0f / sum : 0.0f;
+      inv_l[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
       lse[r] = sum > 0.0f ? m[r] * scale + logf(sum) : -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kO / 4; ++j) {
-        o[acc_index(j, r, 0)] *= inv_l;
-        o[acc_index(j, r, 1)] *= inv_l;
-      }
     }
   }
 };
 
 // Scores of keys outside the band become -inf: rows row0 (r = 0) and row0 + 8 (r = 1) of this
-// thread, keys from j0; used on the tiles that not every row of the block sees whole (the causal
-// diagonal, window edges, the end of the sequence).
+// thread, the tile's column 0 holding key j0; keys below key_floor too (a varlen tail box starts
+// before its tile: tile_scheduler.cuh; elsewhere key_floor = j0). Used on the tiles that not every
+// row of the item sees whole (the causal diagonal, window edges, the end of the sequence).
 template <int kS>
-__device__ __forceinline__ void apply_band_mask(float (&s)[kS], const sm80::Band& band, int row0, int j0, int quad_lane) {
+__device__ __forceinline__ void apply_band_mask(float (&s)[kS], const sm80::Band& band, int row0, int j0,
+                                                int key_floor, int quad_lane) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const sm80::KeyRange keys = band.visible_keys(row0 + 8 * r);
+    const int lo = max(keys.lo, key_floor);
 #pragma unroll
     for (int j = 0; j < kS / 4; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int key = j0 + 8 * j + 2 * quad_lane + e;
-        if (key < keys.lo || key >= keys.hi) s[acc_index(j, r, e)] = -INFINITY;
+        if (key < lo || key >= keys.hi) s[acc_index(j, r, e)] = -INFINITY;
       }
   }
 }

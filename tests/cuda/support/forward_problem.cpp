@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "core/problem.hpp"
 
@@ -77,6 +78,11 @@ Case mask(Case c, int kind) {
 }
 Case head_dim_v(Case c, int64_t dv) {
   c.dv = dv;
+  return c;
+}
+Case varlen(Case c, std::vector<int32_t> lengths_q, std::vector<int32_t> lengths_k) {
+  c.varlen_q = std::move(lengths_q);
+  c.varlen_k = std::move(lengths_k);
   return c;
 }
 Case all_mods(Case c, DType bias_dtype) { return mask(bias(alibi(softcap(c, 10.0f), 2), 1, bias_dtype), 3); }

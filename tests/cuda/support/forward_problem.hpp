@@ -55,6 +55,8 @@ Case alibi(Case c, int kind);
 Case bias(Case c, int kind, flashattn::DType t);
 Case mask(Case c, int kind);
 Case head_dim_v(Case c, int64_t dv);
+// A variable-length batch of the given sequence lengths (batch, sq and sk then follow from them).
+Case varlen(Case c, std::vector<int32_t> lengths_q, std::vector<int32_t> lengths_k);
 // Every modifier at once.
 Case all_mods(Case c, flashattn::DType bias_dtype = flashattn::DType::kBFloat16);
 

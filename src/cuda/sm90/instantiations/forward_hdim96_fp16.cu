@@ -2,5 +2,5 @@
 #include "cuda/sm90/launch_forward.cuh"
 
 namespace flashattn::detail::sm90 {
-template cudaError_t launch_forward<96, DType::kFloat16>(const ForwardKernelParams&, int, int, cudaStream_t);
+template cudaError_t launch_forward<96, DType::kFloat16>(const ForwardKernelParams&, int, cudaStream_t);
 }  // namespace flashattn::detail::sm90

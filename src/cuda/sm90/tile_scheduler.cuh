@@ -1,0 +1,130 @@
+// The Hopper forward's persistent tile scheduler (step 4 of docs/hopper_forward.md): which work
+// items (query tile, head, batch) a block runs, in which order, and where an item's rows live.
+//
+// Grid = min(SMs, items (pairs, below)) blocks, one per SM, each looping over items with a static
+// stride: no counter, so no workspace and nothing to reset between calls. The numbering makes that
+// stride keep K/V in L2 and the load balanced:
+//   - (batch, head) is the outer index (query heads that share a kv head are consecutive), so the
+//     blocks running at one time work on a few heads and read their K and V from L2;
+//   - without a causal/window band every item costs the same: items (batch, head, query tile from
+//     the last to the first), block x taking x, x + G, x + 2G, ... (G = gridDim.x);
+//   - with a band, tile m sees about m + 1 key tiles under causal masking (linear in m in general),
+//     so a static stride over single items would hand some blocks far more work than others (the
+//     busiest block 1.5-1.9x the average in a simulation of the benchmark's shapes, against
+//     1.00-1.04x for the hardware's own dynamic launch of one block per item). Items are paired:
+//     pair j of a (batch, head) is tile M-1-j (heavy, run first) then tile j (light), every pair
+//     costing about the same (M + 1 tiles under causal masking); block x runs pairs x, x + G, ... (items 2x, 2x + 1, 2(x + G), 2(x + G) + 1, ...):
+//     1.03x at d = 128 and 256, 1.05-1.16x at d = 64 (few 192-row tiles) in the same simulation.
+// A dynamic scheduler (an atomic counter) would balance better still but needs device workspace,
+// which the forward has never asked of its callers.
+//
+// Varlen: sequence b owns packed rows cu_seqlens[b] ..; an item whose tile is not in its sequence
+// (a shorter one than the longest) is empty and skipped. A TMA box does not stop at a sequence's
+// end (the next rows belong to the next sequence, and past the packed total lies memory the map
+// cannot bound: it only knows an upper bound), so the boxes of a sequence's last tiles are moved
+// back to end at the sequence's end: the Q tile then starts sq - Br rows in (its first rows are the
+// previous tile's, computed again and not stored) and the K/V tile sk - Bc keys in (its first keys
+// belong to the previous key tile and are masked: key_floor). Coordinates before row 0 of the
+// tensor read as zeros.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/sm80/mask.cuh"  // Band, KeyRange
+#include "cuda/sm90/kernel_params.hpp"
+
+namespace flashattn::detail::sm90 {
+
+// The block's k-th item (k = 0, 1, ...; the block is done at the first one >= p.num_items), and
+// the same walk step by step: block_item(p, k + 1) = next_item(p, block_item(p, k)).
+__device__ __forceinline__ int block_item(const ForwardKernelParams& p, int k) {
+  const int x = static_cast<int>(blockIdx.x), g = static_cast<int>(gridDim.x);
+  return p.pair_tiles ? 2 * (x + (k >> 1) * g) + (k & 1) : x + k * g;
+}
+__device__ __forceinline__ int next_item(const ForwardKernelParams& p, int item) {
+  const int g = static_cast<int>(gridDim.x);
+  return !p.pair_tiles ? item + g : (item & 1) ? item + 2 * g - 1 : item + 1;
+}
+
+// Which key tiles the item's rows see: [n_begin, n_end), walked from n_end - 1 down.
+struct TileRange {
+  int n_begin, n_end;
+  __device__ __forceinline__ int count() const { return n_end > n_begin ? n_end - n_begin : 0; }
+};
+
+// One work item, resolved.
+struct WorkTile {
+  int b, h;             // batch entry and query head
+  int tma_batch;        // the maps' batch coordinate (0 with varlen)
+  int sq, sk;           // this sequence's lengths
+  int q_row0, k_row0;   // its first row in the packed tensors (varlen), else 0
+  int i0, i1;           // the item's query rows [i0, i1) of the sequence (empty: skip the item)
+  int q_tile_row0;      // the query at row 0 of the Q tile: i0, or sq - Br for a varlen tail tile
+  bool shift_tail;      // varlen: the last K/V box of the sequence ends at sk (key_tile_start)
+  sm80::Band band;
+  TileRange tiles;      // key tiles that rows [i0, i1) see
+
+  __device__ __forceinline__ bool empty() const { return i0 >= i1; }
+
+  // First key held by the K/V box of key tile n: n Bc, or sk - Bc when tile n runs past the
+  // sequence's end (varlen).
+  template <int kBlockN>
+  __device__ __forceinline__ int key_tile_start(int n) const {
+    return shift_tail ? min(n * kBlockN, sk - kBlockN) : n * kBlockN;
+  }
+};
+
+// kWholeWarp: every lane of the warp calls this (the consumers); the values read from cu_seqlens
+// are then taken from lane 0, so that the compiler knows the whole item to be warp-uniform. The
+// producer's single thread calls it with false.
+template <int kBlockM, int kBlockN, bool kWholeWarp>
+__device__ __forceinline__ WorkTile work_tile(const ForwardKernelParams& p, int item) {
+  WorkTile w;
+  // Item -> (batch, head) and the pair or tile index within it.
+  const int pairs = (p.m_blocks + 1) / 2;
+  const int per_head = p.pair_tiles ? 2 * pairs : p.m_blocks;
+  const int bh = item / per_head, local = item - bh * per_head;
+  w.b = bh / p.heads_q;
+  w.h = bh - w.b * p.heads_q;
+
+  const bool varlen = p.maybe_cu_seqlens_q != nullptr;
+  if (varlen) {
+    const auto load = [](const int32_t* cu) {
+      const int x = *cu;
+      return kWholeWarp ? __shfl_sync(0xffffffffu, x, 0) : x;
+    };
+    w.q_row0 = load(p.maybe_cu_seqlens_q + w.b);
+    w.k_row0 = load(p.maybe_cu_seqlens_k + w.b);
+    w.sq = load(p.maybe_cu_seqlens_q + w.b + 1) - w.q_row0;
+    w.sk = load(p.maybe_cu_seqlens_k + w.b + 1) - w.k_row0;
+  } else {
+    w.q_row0 = w.k_row0 = 0;
+    w.sq = p.seqlen_q;
+    w.sk = p.seqlen_k;
+  }
+  w.tma_batch = varlen ? 0 : w.b;
+  w.shift_tail = varlen;
+
+  // The query tile m (-1: none). Pairs are formed over this sequence's own tiles (M_b of them):
+  // heavy tiles M_b-1-j for j < ceil(M_b / 2), light tiles j for j < floor(M_b / 2).
+  int m;
+  if (p.pair_tiles) {
+    const int m_b = (w.sq + kBlockM - 1) / kBlockM, j = local >> 1;
+    m = (local & 1) ? (j < m_b / 2 ? j : -1) : (j < (m_b + 1) / 2 ? m_b - 1 - j : -1);
+  } else {
+    m = p.m_blocks - 1 - local;  // past a shorter sequence's end when i0 >= sq
+  }
+  w.i0 = m < 0 ? 0 : m * kBlockM;
+  w.i1 = m < 0 ? 0 : min(w.i0 + kBlockM, w.sq);
+  w.q_tile_row0 = varlen ? min(w.i0, w.sq - kBlockM) : w.i0;
+  w.band = {w.sk, p.bottom_right ? w.sk - w.sq : 0, p.window_left, p.window_right};
+  if (w.empty()) {
+    w.tiles = {0, 0};
+  } else {
+    const sm80::KeyRange keys = w.band.visible_keys(w.i0, w.i1);
+    w.tiles = {keys.lo / kBlockN, (keys.hi + kBlockN - 1) / kBlockN};
+  }
+  return w;
+}
+
+}  // namespace flashattn::detail::sm90
