@@ -7,7 +7,8 @@
 // Then: sm90 against sm80 on the same inputs, the kAuto selection (sm90 where it takes the
 // problem, sm80 for the rest), and refusals that name what is not taken, writing nothing. Suites:
 // Small, Large (long sequences, 64-bit offsets), Varlen (variable-length batches), Persistent
-// (many more work items than multiprocessors: the persistent tile scheduler).
+// (many more work items than multiprocessors: the persistent tile scheduler), PackGqa (the rows of
+// a kv head's query heads packed into shared tiles: decode and few-row GQA/MQA shapes).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "cuda/cuda_backend.hpp"
+#include "cuda/sm90/pack_gqa.hpp"
 #include "cuda/support/cuda_test_util.hpp"
 #include "cuda/support/forward_problem.hpp"
 
@@ -140,15 +142,7 @@ std::vector<Case> small_cases() {
   cases.push_back(softcap(make(kFp16, 1, 113, 203, 2, 2, 128), 5.0f, 1.0f));
   cases.push_back(softcap(window(make(kBf16, 1, 300, 203, 4, 2, 256), 50, 0), 20.0f));
   // Strided layouts (gaps must stay untouched), no lse, explicit scale.
-  {
-    Case c = causal(make(kBf16, 2, 113, 203, 4, 2, 128));
-    c.strided = true;
-    cases.push_back(c);
-    c.lse = false;
-    c.scale = 0.3f;
-    c.d = 64;
-    cases.push_back(c);
-  }
+  add_strided_pair(cases, causal(make(kBf16, 2, 113, 203, 4, 2, 128)));
   return cases;
 }
 
@@ -187,12 +181,8 @@ std::vector<Case> varlen_cases() {
   cases.push_back(window(varlen(make(kBf16, 0, 0, 0, 2, 1, 256), {100, 250, 3}, {90, 260, 170}), 30, 0));
   cases.push_back(window(varlen(make(kFp16, 0, 0, 0, 2, 2, 192), {97, 0, 290}, {200, 33, 95}), 60, 20));
   cases.push_back(softcap(causal(varlen(make(kBf16, 0, 0, 0, 4, 4, 192), {1, 129, 64}, {250, 96, 97})), 20.0f));
-  {
-    Case c = causal(varlen(make(kBf16, 0, 0, 0, 4, 2, 128), {64, 128, 129, 1}, {64, 127, 300, 1}),
-                    Alignment::kTopLeft);
-    c.strided = true;
-    cases.push_back(c);
-  }
+  cases.push_back(strided(causal(varlen(make(kBf16, 0, 0, 0, 4, 2, 128), {64, 128, 129, 1}, {64, 127, 300, 1}),
+                                 Alignment::kTopLeft)));
   // One sequence: its tail boxes end at the packed total (nothing may be read past it).
   cases.push_back(varlen(make(kFp16, 0, 0, 0, 2, 2, 256), {203}, {113}));
   return cases;
@@ -219,10 +209,102 @@ std::vector<Case> persistent_cases() {
   return cases;
 }
 
+// Pack-GQA (tile_scheduler.cuh, policy.hpp's pack_gqa): every case here must be one the rule packs
+// (checked first), so that the packed Q copy, the per-row query index of the mask (r / group), the
+// query range behind the visible and fully-seen key tiles, and the per-row (query, head) epilogue
+// are what runs. Br = 192 at d = 64, 128 above. Decode (sq = 1 against 1000-4097 keys; groups 4, 8,
+// 16; MQA), every head dim and two served by the next one up, few rows (sq = 5, 17, 63, 100 with
+// groups 2, 6, 8: tiles that end inside a query's group of rows, and a last tile holding a partial
+// group), causal both alignments (bottom-right is decode's), Sq > Sk under bottom-right causal
+// (whole tiles with no visible key: no Q copied, O = 0, lse = -inf), windows, softcap, strided
+// layouts without lse, variable-length batches (empty sequences, sequences of one row), and a
+// persistent grid with several items per block.
+std::vector<Case> pack_gqa_cases() {
+  std::vector<Case> cases;
+  constexpr DType kBf16 = DType::kBFloat16, kFp16 = DType::kFloat16;
+  // Decode.
+  cases.push_back(make(kBf16, 2, 1, 1000, 8, 2, 128));                               // group 4
+  cases.push_back(make(kFp16, 1, 1, 4097, 8, 1, 64));                                // MQA, group 8
+  cases.push_back(make(kBf16, 2, 1, 2049, 16, 1, 256));                              // MQA, group 16
+  cases.push_back(causal(make(kBf16, 1, 1, 1537, 32, 2, 128)));                      // group 16
+  cases.push_back(causal(make(kFp16, 2, 1, 1001, 8, 2, 96), Alignment::kTopLeft));  // one key visible
+  cases.push_back(window(make(kBf16, 1, 1, 4097, 8, 1, 128), 1000, 0));              // sliding window
+  cases.push_back(softcap(causal(make(kFp16, 1, 1, 3000, 16, 4, 192)), 30.0f));
+  // Every instantiation (and head dims served by the next one up), decode and a few rows.
+  for (int64_t d : {40, 64, 96, 128, 136, 192, 256}) {
+    cases.push_back(causal(make(d % 64 == 0 ? kBf16 : kFp16, 2, 1, 1000 + d, 8, 2, d)));
+    cases.push_back(causal(make(d % 64 == 0 ? kFp16 : kBf16, 1, 17, 700 + d, 8, 2, d), Alignment::kTopLeft));
+  }
+  // Few rows: sq 5, 17, 63, 100 with groups 2, 6, 8; both causal alignments.
+  for (Alignment a : {Alignment::kBottomRight, Alignment::kTopLeft}) {
+    cases.push_back(causal(make(kBf16, 2, 5, 1000, 4, 2, 128), a));    // group 2
+    cases.push_back(causal(make(kBf16, 2, 17, 300, 12, 2, 128), a));   // group 6
+    cases.push_back(causal(make(kFp16, 1, 63, 500, 16, 2, 64), a));    // group 8, three consumers
+    cases.push_back(causal(make(kBf16, 1, 100, 1000, 6, 1, 256), a));  // group 6, MQA
+    cases.push_back(causal(make(kFp16, 1, 63, 257, 4, 2, 192), a));    // group 2
+    cases.push_back(causal(make(kBf16, 1, 100, 333, 16, 2, 96), a));   // group 8
+  }
+  cases.push_back(make(kFp16, 2, 100, 1000, 12, 2, 64));         // group 6, Br 192
+  cases.push_back(make(kBf16, 1, 5, 129, 16, 2, 128));           // group 8
+  cases.push_back(causal(make(kBf16, 1, 100, 40, 8, 1, 128)));  // Sq > Sk: queries 0-59 see nothing
+  cases.push_back(causal(make(kFp16, 1, 63, 20, 12, 2, 64)));   // Sq > Sk, group 6
+  // Windows.
+  cases.push_back(window(make(kFp16, 2, 63, 700, 4, 2, 128), 100, 0));
+  cases.push_back(window(make(kBf16, 1, 100, 300, 8, 1, 64), 37, 5));
+  cases.push_back(window(causal(make(kBf16, 1, 17, 600, 12, 2, 256), Alignment::kTopLeft), 50, -1));
+  cases.push_back(window(make(kFp16, 1, 100, 100, 6, 1, 192), -1, 3));
+  // Softcap.
+  cases.push_back(softcap(causal(make(kBf16, 2, 5, 1000, 4, 2, 192)), 30.0f));
+  cases.push_back(softcap(make(kFp16, 1, 17, 2000, 16, 2, 96), 5.0f, 1.0f));
+  cases.push_back(softcap(window(make(kBf16, 1, 63, 400, 16, 2, 64), 70, 0), 20.0f));
+  // Strided layouts (gaps untouched), no lse, explicit scale.
+  add_strided_pair(cases, causal(make(kBf16, 2, 17, 513, 6, 1, 128)));
+  // Variable-length batches (the longest sequence decides the packing; empty and one-row sequences).
+  const std::vector<int32_t> q4 = {1, 17, 0, 63}, k4 = {1000, 300, 5, 64};
+  cases.push_back(causal(varlen(make(kBf16, 0, 0, 0, 8, 2, 128), q4, k4)));
+  cases.push_back(causal(varlen(make(kFp16, 0, 0, 0, 16, 2, 64), q4, k4), Alignment::kTopLeft));
+  cases.push_back(window(varlen(make(kBf16, 0, 0, 0, 6, 1, 256), {5, 1, 100}, {700, 1, 90}), 30, 0));
+  // Persistent grid: 6 batch x 6 kv heads x 7 tiles of 128 rows (group 8), several items per block.
+  cases.push_back(causal(make(kBf16, 6, 100, 256, 48, 6, 128)));
+  cases.push_back(make(kFp16, 6, 100, 256, 48, 6, 192));
+  return cases;
+}
+
+// The case must be one that the sm90 path packs; then as check_case.
+class Sm90ForwardPackGqa : public ::testing::TestWithParam<Case> {};
+TEST_P(Sm90ForwardPackGqa, MatchesReferenceAndSm80) {
+  SKIP_UNLESS_HOPPER();
+  {
+    const std::unique_ptr<Problem> pb = new_problem(GetParam());
+    if (::testing::Test::HasFailure()) return;
+    ASSERT_TRUE(fd::cuda_sm90_forward_packs_gqa(pb->params())) << "the case must take the pack-GQA path";
+  }
+  check_case(GetParam());
+}
+
+// The rule (policy.hpp's pack_gqa) on the host's params: packed exactly when it makes fewer query
+// tiles; not for MHA, nor when the tiles are full either way (sq a multiple of Br), nor when the
+// unpacked tiles are already as few (sq = 100, group 2: two tiles of 128 rows either way).
+TEST(Sm90ForwardPackGqa, RuleTakesThePackedPathForFewRows) {
+  SKIP_UNLESS_HOPPER();
+  const auto packs = [](const Case& c) {
+    const std::unique_ptr<Problem> pb = new_problem(c);
+    return pb != nullptr && !::testing::Test::HasFailure() && fd::cuda_sm90_forward_packs_gqa(pb->params());
+  };
+  EXPECT_TRUE(packs(make(DType::kBFloat16, 1, 1, 300, 8, 1, 128)));
+  EXPECT_TRUE(packs(make(DType::kBFloat16, 1, 63, 300, 4, 2, 128)));
+  EXPECT_TRUE(packs(make(DType::kFloat16, 1, 100, 300, 16, 2, 64)));
+  EXPECT_FALSE(packs(make(DType::kBFloat16, 1, 1, 300, 8, 8, 128)));    // MHA
+  EXPECT_FALSE(packs(make(DType::kBFloat16, 1, 256, 300, 8, 1, 128)));  // full tiles either way
+  EXPECT_FALSE(packs(make(DType::kBFloat16, 1, 100, 300, 4, 2, 128)));  // two tiles either way
+  EXPECT_FALSE(packs(make(DType::kFloat16, 1, 192, 300, 4, 1, 64)));    // Br 192: full either way
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardSmall, ::testing::ValuesIn(small_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardLarge, ::testing::ValuesIn(large_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardVarlen, ::testing::ValuesIn(varlen_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardPersistent, ::testing::ValuesIn(persistent_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardPackGqa, ::testing::ValuesIn(pack_gqa_cases()), case_name);
 
 // Two runs on the same inputs give the same bits.
 TEST(Sm90ForwardSmall, Deterministic) {

@@ -1,7 +1,7 @@
 // Host side of the Hopper forward: the selection shared by supported(), workspace() and run(), the
 // translation of ForwardParams into the kernel's params (tensor maps and the persistent schedule
-// included), and the grid. What this path does not take is refused with the reason, and kAuto then
-// runs the sm80 path.
+// included; pack-GQA by policy.hpp's rule, pack_gqa), and the grid. What this path does not take is
+// refused with the reason, and kAuto then runs the sm80 path.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,6 +20,7 @@
 #include "cuda/primitives/math.cuh"  // kLog2e
 #include "cuda/sm90/kernel_params.hpp"
 #include "cuda/sm90/launch_forward.hpp"
+#include "cuda/sm90/pack_gqa.hpp"
 #include "cuda/sm90/policy.hpp"
 
 namespace flashattn::detail {
@@ -138,11 +139,19 @@ Status kernel_params(const ForwardParams& p, const Instance& inst, ForwardKernel
   k->bottom_right = band.bottom_right;
   k->window_left = band.window_left;
   k->window_right = band.window_right;
+  // Pack-GQA (policy.hpp's rule): items over (tile, kv head, batch), each tile holding the rows of
+  // the group's query heads.
+  k->pack_gqa = sm90::pack_gqa(d.seqlen_q, d.group, tiles.block_m());
+  k->q = p.q.data;
+  k->q_batch_stride = d.varlen ? 0 : p.q.batch_stride;
+  k->q_row_stride = p.q.row_stride, k->q_head_stride = p.q.head_stride;
+  k->item_heads = static_cast<int>(k->pack_gqa ? d.heads_kv : d.heads_q);
+  const int64_t rows = k->pack_gqa ? d.seqlen_q * d.group : d.seqlen_q;
   // Tiles of unequal cost (a band) are paired for the persistent grid's static stride.
-  k->m_blocks = static_cast<int>((d.seqlen_q + tiles.block_m() - 1) / tiles.block_m());
+  k->m_blocks = static_cast<int>((rows + tiles.block_m() - 1) / tiles.block_m());
   k->pair_tiles = persistent_schedule(tiles) && (band.window_left >= 0 || band.window_right >= 0);
   const int64_t per_head = k->pair_tiles ? 2 * ((k->m_blocks + 1) / 2) : k->m_blocks;
-  k->num_items = static_cast<int>(per_head * d.batch * d.heads_q);
+  k->num_items = static_cast<int>(per_head * d.batch * k->item_heads);
   k->softcap = p.softcap;
   k->softcap_to_exp2 = p.softcap > 0.0f ? d.scale / p.softcap * 2.0f * cuda::kLog2e : 0.0f;
   return {};
@@ -226,6 +235,13 @@ Status cuda_sm90_forward_supported(const ForwardParams& p) {
 }
 
 size_t cuda_sm90_forward_workspace(const ForwardParams&) { return 0; }
+
+bool cuda_sm90_forward_packs_gqa(const ForwardParams& p) {
+  const Instance* inst = pick_instance(p);
+  if (inst == nullptr) return false;
+  const Dims d = resolve_dims(p);
+  return sm90::pack_gqa(d.seqlen_q, d.group, sm90::forward_tiles(inst->head_dim).block_m());
+}
 
 Status cuda_sm90_forward(const ForwardParams& p, void* /*workspace*/, void* stream) {
   const Instance* inst = pick_instance(p);

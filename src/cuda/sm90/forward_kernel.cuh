@@ -30,6 +30,11 @@
 // (mbarrier.cuh). Q likewise: the block's L-th Q load (items without visible key tiles load none)
 // completes q_full's phase L, and waits for q_empty's phase L - 1. No barrier is initialised twice.
 //
+// Pack-GQA (p.pack_gqa, tile_scheduler.cuh): a tile's rows interleave the query heads of one kv
+// head, which no TMA box describes; the producer then loads K and V only, and each consumer warp
+// copies its 16 rows of Q itself (copy_packed_q), fenced for the async proxy and met on its
+// warpgroup's named barrier before the first S; q_full and q_empty stay unused.
+//
 // kSoftcap: the variant with softcap (scores become final logits before the softmax, which then
 // scales by log2 e alone), launched only when softcap > 0.
 #pragma once
@@ -148,6 +153,42 @@ struct Progress {
   }
 };
 
+// Pack-GQA (tile_scheduler.cuh): a consumer warp's 16 rows of the Q tile (tile rows warp_row0 ..,
+// item rows w.q_tile_row0 + warp_row0 ..), copied from global memory with 16-byte loads into the
+// 128-byte-swizzled layout that TMA would have written; rows past the item's end and columns past
+// the head dim are zeros, as TMA's out-of-bounds fill. Tile row t holds pack-GQA row
+// r = w.q_tile_row0 + t: query r / group of head w.h + r % group. The caller fences (generic ->
+// async proxy) and syncs its warpgroup before wgmma reads the tile; the __syncwarp orders the copy
+// after the previous item's epilogue, whose reads of these rows were by other lanes of this warp.
+template <int kHeadDim, class QTile, class T>
+__device__ __forceinline__ void copy_packed_q(const ForwardKernelParams& p, const WorkTile& w, uint8_t* q_smem,
+                                              int warp_row0, int lane) {
+  constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks of a row
+  constexpr int kSteps = 16 * kChunksPerRow / 32;
+  static_assert(16 * kChunksPerRow % 32 == 0, "a warp's 16 rows split evenly over its lanes");
+  const T* q = static_cast<const T*>(p.q) + w.b * p.q_batch_stride + int64_t{w.q_row0} * p.q_row_stride;
+  uint4 value[kSteps];
+#pragma unroll
+  for (int step = 0; step < kSteps; ++step) {  // all loads first, then the stores
+    const int chunk_index = lane + 32 * step;
+    const int row = chunk_index / kChunksPerRow, chunk = chunk_index % kChunksPerRow;
+    const int r = w.q_tile_row0 + warp_row0 + row;
+    value[step] = make_uint4(0, 0, 0, 0);
+    if (r < w.r1 && chunk * 8 < p.head_dim) {
+      const int i = r / p.group, g = r - i * p.group;
+      value[step] = *reinterpret_cast<const uint4*>(q + int64_t{i} * p.q_row_stride +
+                                                    int64_t{w.h + g} * p.q_head_stride + chunk * 8);
+    }
+  }
+  __syncwarp();
+#pragma unroll
+  for (int step = 0; step < kSteps; ++step) {
+    const int chunk_index = lane + 32 * step;
+    const int row = chunk_index / kChunksPerRow, chunk = chunk_index % kChunksPerRow;
+    *reinterpret_cast<uint4*>(q_smem + QTile::offset(warp_row0 + row, chunk * 8)) = value[step];
+  }
+}
+
 // The block's mbarriers.
 template <int kStages>
 struct Barriers {
@@ -221,7 +262,8 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
           for (int cb = 0; cb < KTile::kColBlocks; ++cb)
             hw::tma_load(k_slot(slot) + KTile::col_block_offset(cb), p.k_map, bar(bars.k_full[slot]),
                          hw::kSw128Cols * cb, row, h_kv, w.tma_batch);
-          if (i == 0) {  // Q, once the consumers are done with the previous item's O
+          if (i == 0 && !p.pack_gqa) {  // Q, once the consumers are done with the previous item's O
+                                         // (pack-GQA: the consumers copy Q themselves)
             hw::mbarrier_wait(bar(bars.q_empty), static_cast<uint32_t>(q_loads & 1) ^ 1);
             hw::mbarrier_arrive_expect_tx(bar(bars.q_full), QTile::kBytes);
 #pragma unroll
@@ -307,8 +349,10 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
         for (int x = 0; x < kS; ++x) s[x] = sm80::ScoreMods::capped(s[x], p.softcap, p.softcap_to_exp2);
       }
       const int n = n_top - g, j0 = n * kBlockN;
-      if (j0 < full.lo || j0 + kBlockN > full.hi)
-        apply_band_mask(s, w.band, row0, w.key_tile_start<kBlockN>(n), j0, quad_lane);
+      if (j0 < full.lo || j0 + kBlockN > full.hi) {
+        const int query[2] = {p.pack_gqa ? row0 / p.group : row0, p.pack_gqa ? (row0 + 8) / p.group : row0 + 8};
+        apply_band_mask(s, w.band, query, w.key_tile_start<kBlockN>(n), j0, quad_lane);
+      }
     };
     const auto to_p = [](uint32_t(&pa)[kPSteps][4], const float(&s)[kS]) {
 #pragma unroll
@@ -316,11 +360,19 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
     };
 
     if (n_tiles > 0) {
+      if (p.pack_gqa) {
+        // Each warp copies its 16 rows of the Q tile; then every thread's stores are made visible
+        // to the async proxy (wgmma reads Q through it) and the warpgroup meets before its first S.
+        copy_packed_q<kHeadDim, QTile, T>(p, w, q_smem, warp_row0, lane);
+        hw::fence_proxy_async_shared();
+        hw::named_barrier_sync(static_cast<int>(NamedBarrier::kConsumerEpilogue) + c, hw::kWarpgroupThreads);
+      } else {
+        hw::mbarrier_wait(bar(bars.q_full), progress.q_parity());
+      }
 #pragma unroll
       for (int x = 0; x < kO; ++x) o[x] = 0.0f;
       OnlineSoftmax softmax;
       softmax.init();
-      hw::mbarrier_wait(bar(bars.q_full), progress.q_parity());
       if constexpr (!kTiles.pingpong && !kTiles.overlap) {
         // Step 1: one GEMM at a time.
         for (int g = g_begin; g < g_end; ++g) {
@@ -431,34 +483,43 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
 
     // The item's rows and addresses, resolved again rather than kept in registers over the main loop.
     const WorkTile e = work_tile<kBlockM, kBlockN, true>(p, block_item(p, opaque(progress.k())));
-    // Each warp stores its 16 rows (queries warp_q0 ..), 16 bytes per lane and step, those of the
-    // item only.
-    const int warp_q0 = e.q_tile_row0 + e_warp_row0;
-    T* out = static_cast<T*>(p.o) + e.b * p.o_batch_stride + (int64_t{e.q_row0} + warp_q0) * p.o_row_stride +
-             e.h * p.o_head_stride;
+    // Each warp stores its 16 rows (rows warp_r0 .. of the item's row space), 16 bytes per lane and
+    // step, those of the item only; a row's place is (query, head) = (row, e.h), or under pack-GQA
+    // (row / group, e.h + row % group).
+    const int warp_r0 = e.q_tile_row0 + e_warp_row0;
+    const auto query_head = [&](int row) {
+      const int query = p.pack_gqa ? row / p.group : row;
+      return int2{query, e.h + (row - (p.pack_gqa ? query * p.group : row))};
+    };
+    T* out = static_cast<T*>(p.o) + e.b * p.o_batch_stride + int64_t{e.q_row0} * p.o_row_stride;
     constexpr int kChunksPerRow = kHeadDim / 8;
     static_assert(16 * kChunksPerRow % 32 == 0, "a warp's 16 rows split evenly over its lanes");
 #pragma unroll
     for (int step = 0; step < 16 * kChunksPerRow / 32; ++step) {
       const int chunk_index = e_lane + 32 * step;
       const int row = chunk_index / kChunksPerRow, chunk = chunk_index % kChunksPerRow;
-      const int query = warp_q0 + row;
-      if (query >= e.i0 && query < e.i1 && chunk * 8 < p.head_dim) {
+      const int item_row = warp_r0 + row;
+      if (item_row >= e.r0 && item_row < e.r1 && chunk * 8 < p.head_dim) {
         const uint4 value =
             staged ? *reinterpret_cast<const uint4*>(q_smem + QTile::offset(e_warp_row0 + row, chunk * 8))
                    : make_uint4(0, 0, 0, 0);
-        *reinterpret_cast<uint4*>(out + int64_t{row} * p.o_row_stride + chunk * 8) = value;
+        const int2 qh = query_head(item_row);
+        *reinterpret_cast<uint4*>(out + int64_t{qh.x} * p.o_row_stride + int64_t{qh.y} * p.o_head_stride +
+                                  chunk * 8) = value;
       }
     }
     if (p.maybe_lse != nullptr && e_quad == 0) {
-      float* lse_rows = p.maybe_lse + e.b * p.lse_batch_stride + e.h * p.lse_head_stride + e.q_row0;
+      float* lse_rows = p.maybe_lse + e.b * p.lse_batch_stride + e.q_row0;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int query = warp_q0 + e_g + 8 * r;
-        if (query >= e.i0 && query < e.i1) lse_rows[query] = lse[r];
+        const int item_row = warp_r0 + e_g + 8 * r;
+        if (item_row >= e.r0 && item_row < e.r1) {
+          const int2 qh = query_head(item_row);
+          lse_rows[qh.y * p.lse_head_stride + qh.x] = lse[r];
+        }
       }
     }
-    if (staged) {
+    if (staged && !p.pack_gqa) {
       // The Q tile is free for the next item's TMA load: this thread's shared-memory reads and
       // writes are ordered before the async proxy's writes, then released to the producer.
       hw::fence_proxy_async_shared();

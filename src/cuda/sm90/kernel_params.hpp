@@ -19,6 +19,11 @@ struct ForwardKernelParams {
   CUtensorMap k_map;  // [batch, seqlen_k, heads_kv, head_dim]
   CUtensorMap v_map;  // [batch, seqlen_k, heads_kv, head_dim]
 
+  // Pack-GQA (tile_scheduler.cuh): the consumers copy Q's packed rows themselves, 16 bytes at a
+  // time, from here (the map cannot express the packing); varlen: q_batch_stride = 0.
+  const void* q;     // [batch, seqlen_q, heads_q, head_dim]
+  int64_t q_batch_stride, q_row_stride, q_head_stride;
+
   void* o;           // [batch, seqlen_q, heads_q, head_dim], written with 16-byte stores
   float* maybe_lse;  // [batch, heads_q, seqlen_q] (varlen: [heads_q, total_q]); null: not written
   int64_t o_batch_stride, o_row_stride, o_head_stride;  // varlen: o_batch_stride = 0
@@ -33,11 +38,16 @@ struct ForwardKernelParams {
   int group;     // heads_q / heads_kv
   int head_dim;  // runtime head dim, a multiple of 8 up to the instantiation's
 
+  // Pack-GQA (policy.hpp's pack_gqa): a tile's rows are packed rows r = i group + g (query i of
+  // query head h_kv group + g) of one kv head h_kv, so that the group's heads share one K/V read.
+  bool pack_gqa;
+  int item_heads;   // heads of the item numbering: heads_kv when packed, else heads_q
+
   // The persistent schedule (tile_scheduler.cuh): work items (query tile, head, batch), numbered
   // 0 .. num_items - 1 and run with a static stride over the grid.
-  int m_blocks;     // query tiles per (batch, head): ceil(seqlen_q / Br)
+  int m_blocks;     // query tiles per (batch, head): ceil(rows / Br), rows = seqlen_q (x group packed)
   bool pair_tiles;  // items are pairs (tile M-1-j, tile j) of one (batch, head): causal/window bands
-  int num_items;    // batch * heads_q * (pair_tiles ? 2 ceil(m_blocks / 2) : m_blocks)
+  int num_items;    // batch * item_heads * (pair_tiles ? 2 ceil(m_blocks / 2) : m_blocks)
 
   float scale;       // softmax scale
   float scale_log2;  // scale * log2(e)

@@ -67,6 +67,20 @@ constexpr ForwardTiles forward_tiles(int head_dim) {
   }
 }
 
+// Pack-GQA (docs/hopper_forward.md): with grouped-query attention (group = heads_q / heads_kv > 1)
+// a tile of Br rows may hold the rows of all `group` query heads of one kv head (row r = i group + g:
+// query i, head h_kv group + g), so that one block reads that kv head's K and V once for the whole
+// group. The rule: pack when it makes fewer query tiles, ceil(sq group / Br) < group ceil(sq / Br):
+// always for sq <= Br / 2 (decode: a few query rows against a long K/V), never for sq a multiple of
+// Br (the tiles are full either way). Variable-length batches apply it to the longest sequence.
+// Also bounded so that packed row indices (sq group + Br) stay within 32 bits.
+constexpr bool pack_gqa(long long seqlen_q, long long group, int block_m) {
+  if (group <= 1 || seqlen_q <= 0 || seqlen_q * group + block_m > 2147483647LL) return false;
+  return (seqlen_q * group + block_m - 1) / block_m < group * ((seqlen_q + block_m - 1) / block_m);
+}
+static_assert(pack_gqa(1, 8, 128) && pack_gqa(63, 2, 128) && !pack_gqa(100, 2, 128) && !pack_gqa(128, 8, 128) &&
+              !pack_gqa(1000, 1, 128));
+
 inline constexpr int kMaxSmemBytes = 227 * 1024;  // opt-in shared memory per block on sm_90
 
 template <int kHeadDim>

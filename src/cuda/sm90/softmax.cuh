@@ -91,16 +91,18 @@ struct OnlineSoftmax {
   }
 };
 
-// Scores of keys outside the band become -inf: rows row0 (r = 0) and row0 + 8 (r = 1) of this
-// thread, the tile's column 0 holding key j0; keys below key_floor too (a varlen tail box starts
-// before its tile: tile_scheduler.cuh; elsewhere key_floor = j0). Used on the tiles that not every
-// row of the item sees whole (the causal diagonal, window edges, the end of the sequence).
+// Scores of keys outside the band become -inf: this thread's rows r = 0 and 1 (tile rows row0 and
+// row0 + 8) belong to queries query[0] and query[1] (row0 and row0 + 8, or under pack-GQA each
+// row's query r / group: tile_scheduler.cuh), the tile's column 0 holding key j0; keys below
+// key_floor too (a varlen tail box starts before its tile: tile_scheduler.cuh; elsewhere
+// key_floor = j0). Used on the tiles that not every row of the item sees whole (the causal
+// diagonal, window edges, the end of the sequence).
 template <int kS>
-__device__ __forceinline__ void apply_band_mask(float (&s)[kS], const sm80::Band& band, int row0, int j0,
-                                                int key_floor, int quad_lane) {
+__device__ __forceinline__ void apply_band_mask(float (&s)[kS], const sm80::Band& band, const int (&query)[2],
+                                                int j0, int key_floor, int quad_lane) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const sm80::KeyRange keys = band.visible_keys(row0 + 8 * r);
+    const sm80::KeyRange keys = band.visible_keys(query[r]);
     const int lo = max(keys.lo, key_floor);
 #pragma unroll
     for (int j = 0; j < kS / 4; ++j)

@@ -18,6 +18,13 @@
 // A dynamic scheduler (an atomic counter) would balance better still but needs device workspace,
 // which the forward has never asked of its callers.
 //
+// Pack-GQA (p.pack_gqa; policy.hpp): items are (tile, kv head, batch) and a tile's rows are
+// pack-GQA rows r = i group + g, query i of query head h_kv group + g: rows [r0, r1) of the tile
+// hold queries [r0 / group, (r1 - 1) / group] of every head of the group. The band (causal/window)
+// of a row is its query's, so the item's visible key tiles and the tiles every row sees whole follow
+// from that query range; the kernel masks row r with query r / group. Varlen applies as below with
+// rows = group x the sequence's length (the consumers copy Q row by row, no box to move back).
+//
 // Varlen: sequence b owns packed rows cu_seqlens[b] ..; an item whose tile is not in its sequence
 // (a shorter one than the longest) is empty and skipped. A TMA box does not stop at a sequence's
 // end (the next rows belong to the next sequence, and past the packed total lies memory the map
@@ -54,17 +61,18 @@ struct TileRange {
 
 // One work item, resolved.
 struct WorkTile {
-  int b, h;             // batch entry and query head
+  int b, h;             // batch entry and query head (pack-GQA: the group's first, h_kv group)
   int tma_batch;        // the maps' batch coordinate (0 with varlen)
   int sq, sk;           // this sequence's lengths
   int q_row0, k_row0;   // its first row in the packed tensors (varlen), else 0
-  int i0, i1;           // the item's query rows [i0, i1) of the sequence (empty: skip the item)
-  int q_tile_row0;      // the query at row 0 of the Q tile: i0, or sq - Br for a varlen tail tile
+  int r0, r1;           // the item's rows [r0, r1): queries, or pack-GQA rows (empty: skip the item)
+  int i0, i1;           // the queries of those rows, [i0, i1) (= [r0, r1) unless pack-GQA)
+  int q_tile_row0;      // the row at row 0 of the Q tile: r0, or sq - Br for a varlen tail tile
   bool shift_tail;      // varlen: the last K/V box of the sequence ends at sk (key_tile_start)
   sm80::Band band;
-  TileRange tiles;      // key tiles that rows [i0, i1) see
+  TileRange tiles;      // key tiles that queries [i0, i1) see
 
-  __device__ __forceinline__ bool empty() const { return i0 >= i1; }
+  __device__ __forceinline__ bool empty() const { return r0 >= r1; }
 
   // First key held by the K/V box of key tile n: n Bc, or sk - Bc when tile n runs past the
   // sequence's end (varlen).
@@ -84,8 +92,9 @@ __device__ __forceinline__ WorkTile work_tile(const ForwardKernelParams& p, int 
   const int pairs = (p.m_blocks + 1) / 2;
   const int per_head = p.pair_tiles ? 2 * pairs : p.m_blocks;
   const int bh = item / per_head, local = item - bh * per_head;
-  w.b = bh / p.heads_q;
-  w.h = bh - w.b * p.heads_q;
+  w.b = bh / p.item_heads;
+  w.h = bh - w.b * p.item_heads;
+  if (p.pack_gqa) w.h *= p.group;
 
   const bool varlen = p.maybe_cu_seqlens_q != nullptr;
   if (varlen) {
@@ -107,16 +116,24 @@ __device__ __forceinline__ WorkTile work_tile(const ForwardKernelParams& p, int 
 
   // The query tile m (-1: none). Pairs are formed over this sequence's own tiles (M_b of them):
   // heavy tiles M_b-1-j for j < ceil(M_b / 2), light tiles j for j < floor(M_b / 2).
+  const int rows = p.pack_gqa ? w.sq * p.group : w.sq;
   int m;
   if (p.pair_tiles) {
-    const int m_b = (w.sq + kBlockM - 1) / kBlockM, j = local >> 1;
+    const int m_b = (rows + kBlockM - 1) / kBlockM, j = local >> 1;
     m = (local & 1) ? (j < m_b / 2 ? j : -1) : (j < (m_b + 1) / 2 ? m_b - 1 - j : -1);
   } else {
-    m = p.m_blocks - 1 - local;  // past a shorter sequence's end when i0 >= sq
+    m = p.m_blocks - 1 - local;  // past a shorter sequence's end when r0 >= rows
   }
-  w.i0 = m < 0 ? 0 : m * kBlockM;
-  w.i1 = m < 0 ? 0 : min(w.i0 + kBlockM, w.sq);
-  w.q_tile_row0 = varlen ? min(w.i0, w.sq - kBlockM) : w.i0;
+  w.r0 = m < 0 ? 0 : m * kBlockM;
+  w.r1 = m < 0 ? 0 : min(w.r0 + kBlockM, rows);
+  if (p.pack_gqa) {
+    w.i0 = w.r0 / p.group;
+    w.i1 = w.r0 < w.r1 ? (w.r1 - 1) / p.group + 1 : w.i0;
+  } else {
+    w.i0 = w.r0;
+    w.i1 = w.r1;
+  }
+  w.q_tile_row0 = varlen && !p.pack_gqa ? min(w.r0, w.sq - kBlockM) : w.r0;
   w.band = {w.sk, p.bottom_right ? w.sk - w.sq : 0, p.window_left, p.window_right};
   if (w.empty()) {
     w.tiles = {0, 0};

@@ -85,6 +85,20 @@ Case varlen(Case c, std::vector<int32_t> lengths_q, std::vector<int32_t> lengths
   c.varlen_k = std::move(lengths_k);
   return c;
 }
+
+Case strided(Case c) {
+  c.strided = true;
+  return c;
+}
+
+void add_strided_pair(std::vector<Case>& cases, Case c) {
+  c.strided = true;
+  cases.push_back(c);
+  c.lse = false;
+  c.scale = 0.3f;
+  c.d = 64;
+  cases.push_back(c);
+}
 Case all_mods(Case c, DType bias_dtype) { return mask(bias(alibi(softcap(c, 10.0f), 2), 1, bias_dtype), 3); }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) { return info.param.name(); }

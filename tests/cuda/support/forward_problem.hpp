@@ -59,6 +59,11 @@ Case head_dim_v(Case c, int64_t dv);
 Case varlen(Case c, std::vector<int32_t> lengths_q, std::vector<int32_t> lengths_k);
 // Every modifier at once.
 Case all_mods(Case c, flashattn::DType bias_dtype = flashattn::DType::kBFloat16);
+// Strided rows (gaps between rows and heads that must stay untouched).
+Case strided(Case c);
+// The strided-layout pair the suites share: c strided, then the same without lse, with an explicit
+// scale (0.3) and d = 64.
+void add_strided_pair(std::vector<Case>& cases, Case c);
 
 // GoogleTest's name of a parameterized case.
 std::string case_name(const ::testing::TestParamInfo<Case>& info);
