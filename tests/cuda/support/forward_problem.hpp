@@ -59,6 +59,10 @@ Case head_dim_v(Case c, int64_t dv);
 Case varlen(Case c, std::vector<int32_t> lengths_q, std::vector<int32_t> lengths_k);
 // Every modifier at once.
 Case all_mods(Case c, flashattn::DType bias_dtype = flashattn::DType::kBFloat16);
+// The shapes every GPU forward suite's small cases start from: sizes that are not tile multiples
+// (d = 64 and 128, both dtypes, causal and not), Sq != Sk both ways in both causal alignments, and
+// GQA / MQA.
+std::vector<Case> base_small_cases();
 // Strided rows (gaps between rows and heads that must stay untouched).
 Case strided(Case c);
 // The strided-layout pair the suites share: c strided, then the same without lse, with an explicit
