@@ -43,6 +43,13 @@ const BackwardInstance* pick_instance(const BackwardParams& p) {
   return sm80::pick_instance(kBackwardInstances, p.dtype, resolve_dims(p));
 }
 
+// Floats per row of the dQ accumulator: the head dim of the instantiation that runs (its tiles are
+// that wide); the problem's own where none serves it (supported() then refuses).
+int accum_width(const BackwardParams& p) {
+  const BackwardInstance* inst = pick_instance(p);
+  return inst != nullptr ? inst->head_dim : static_cast<int>(resolve_dims(p).head_dim);
+}
+
 BackwardKernelParams kernel_params(const BackwardParams& p, void* workspace) {
   const Dims d = resolve_dims(p);
   BackwardKernelParams k{};
@@ -67,8 +74,10 @@ BackwardKernelParams kernel_params(const BackwardParams& p, void* workspace) {
     const uintptr_t aligned =
         (base + sm80::kWorkspaceAlignment - 1) / sm80::kWorkspaceAlignment * sm80::kWorkspaceAlignment;
     float* arrays = reinterpret_cast<float*>(aligned);
+    k.dq_accum_rows = sm80::dq_accum_rows(d.seqlen_q);
+    k.dq_accum_width = accum_width(p);
     k.dq_accum = p.deterministic ? nullptr : arrays;
-    k.delta = arrays + (p.deterministic ? 0 : rows * d.head_dim);
+    k.delta = arrays + (p.deterministic ? 0 : d.batch * d.heads_q * k.dq_accum_rows * k.dq_accum_width);
     k.lse_log2 = k.delta + rows;
   }
 
@@ -119,7 +128,8 @@ Status cuda_sm80_backward_supported(const BackwardParams& p) {
 
 size_t cuda_sm80_backward_workspace(const BackwardParams& p) {
   const Dims d = resolve_dims(p);
-  return static_cast<size_t>(sm80::backward_workspace_bytes(d.batch, d.heads_q, d.seqlen_q, d.head_dim, p.deterministic));
+  return static_cast<size_t>(
+      sm80::backward_workspace_bytes(d.batch, d.heads_q, d.seqlen_q, accum_width(p), p.deterministic));
 }
 
 Status cuda_sm80_backward(const BackwardParams& p, void* workspace, void* stream) {

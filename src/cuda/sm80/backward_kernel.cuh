@@ -6,8 +6,8 @@
 //   S^T  = K Q^T                     P^T  = exp2(S^T scale log2e - lse log2e)
 //   dP^T = V dO^T                    dS^T = P^T ∘ (dP^T - D)
 //   dV  += P^T dO                    dK  += dS^T Q
-//   dQ  += dS K  (fp32 atomic adds into the workspace; skipped when p.dq_accum is null: the
-//                 deterministic path computes dQ in its own kernel)
+//   dQ  += dS K  (fp32 atomic adds into the workspace, in fragment order: backward_dq_accum.cuh;
+//                 skipped when p.dq_accum is null: the deterministic path computes dQ in its own kernel)
 // Every GEMM is split over all warps as a 2-D warp grid (backward_policy.hpp), so that dK and
 // dV (accumulated in registers over all steps) cost Bc·d·2 / (32 warps) registers per thread and each
 // warp tile is wide in both directions: each ldmatrix feeds several mma. S^T and dP^T share one warp
@@ -42,121 +42,17 @@
 #include "cuda/primitives/ldmatrix.cuh"
 #include "cuda/primitives/math.cuh"
 #include "cuda/primitives/mma.cuh"
-#include "cuda/primitives/reduce.cuh"
 #include "cuda/primitives/smem_tile.cuh"
+#include "cuda/sm80/backward_dq_accum.cuh"
 #include "cuda/sm80/backward_params.hpp"
 #include "cuda/sm80/backward_rows.cuh"
 #include "cuda/sm80/backward_policy.hpp"
 #include "cuda/sm80/backward_score_mods.cuh"
 #include "cuda/sm80/mask.cuh"
 #include "cuda/sm80/tile_load.cuh"
+#include "cuda/sm80/warp_grid.cuh"
 
 namespace flashattn::detail::sm80 {
-
-// One warp's share of a [kRows x kCols] GEMM result split over a kWarpsM x kWarpsN warp grid. Warp
-// (wm, wn) owns the m16 row tiles wm, wm + kWarpsM, ... and the 16-column slabs wn, wn + kWarpsN,
-// ... (interleaved rather than contiguous: with power-of-two warp counts, the chunk steps between a
-// warp's slabs never share a bit with its first chunk, the precondition of SwizzledTile::advance,
-// whatever the number of slabs per warp). Accumulator c[mt][nt].x[2 r + e] is element
-// (row0(mt) + g + 8 r, col0(nt) + 2 t + e), lane = 4 g + t.
-template <int kRows, int kCols, int kWarpsM, int kWarpsN>
-struct WarpGrid {
-  static constexpr int kWM = kWarpsM, kWN = kWarpsN;
-  static constexpr int kMTiles = kRows / (16 * kWarpsM);  // m16 tiles per warp
-  static constexpr int kNTiles = kCols / (8 * kWarpsN);   // n8 tiles per warp, in pairs (slabs)
-  static_assert(kRows % (16 * kWarpsM) == 0 && kCols % (16 * kWarpsN) == 0);
-
-  int wm, wn;
-  __device__ __forceinline__ explicit WarpGrid(int warp) : wm(warp % kWarpsM), wn(warp / kWarpsM) {}
-  __device__ __forceinline__ int row0(int mt) const { return 16 * (wm + kWarpsM * mt); }
-  __device__ __forceinline__ int col0(int nt) const { return 16 * (wn + kWarpsN * (nt / 2)) + 8 * (nt % 2); }
-};
-
-// What the rows of an operand's shared-memory tile index: the operand's own dimension (m of A, n
-// of B: plain ldmatrix) or the reduction dimension k (ldmatrix.trans).
-enum class TileRows { kMN, kK };
-
-// c += A B for one warp of Grid, over kKSteps k16 steps from k = 0, both operands in swizzled
-// shared memory. A [m, k] and B [k, n]; an operand whose tile rows are k is read transposed.
-//   ldmatrix.x4 lane roles (lanes 8i..8i+7 address matrix i):
-//   A, rows m: (m 0-7 | 8-15) x (k 0-7 | 8-15) as a0..a3      A, rows k: the same matrices from [k, m]
-//   B, rows n: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
-//   B, rows k: (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15)
-// the B matrices being b0, b1 of the slab's two n8 tiles. c holds kSlabs of the warp's slabs, from
-// slab0 (a GEMM done in passes keeps fewer accumulators live).
-template <class T, class Grid, int kKSteps, TileRows kARows, TileRows kBRows, class ATile, class BTile,
-          int kSlabs = Grid::kNTiles / 2>
-__device__ __forceinline__ void warp_gemm(cuda::FragC (&c)[Grid::kMTiles][2 * kSlabs], uint32_t a_smem,
-                                          uint32_t b_smem, const Grid& grid, int lane, int slab0 = 0) {
-  const int lo = lane & 7, bit3 = (lane >> 3) & 1, bit4 = lane >> 4;
-  // The lane's chunk is 0 or 1 plus the warp's first slab (2 wm or 2 wn): steps of 2 kk and of
-  // 2 kWM mt (2 kWN np) never share a bit with it.
-  const uint32_t a_offset = kARows == TileRows::kMN ? ATile::offset(16 * grid.wm + (lane & 15), bit4)
-                                                    : ATile::offset(lo + 8 * bit4, 2 * grid.wm + bit3);
-  const uint32_t b_offset = kBRows == TileRows::kMN ? BTile::offset(16 * grid.wn + lo + 8 * bit4, bit3)
-                                                    : BTile::offset(lo + 8 * bit3, 2 * grid.wn + bit4);
-#pragma unroll
-  for (int kk = 0; kk < kKSteps; ++kk) {
-    cuda::FragA a[Grid::kMTiles];
-#pragma unroll
-    for (int mt = 0; mt < Grid::kMTiles; ++mt) {
-      if constexpr (kARows == TileRows::kMN)
-        cuda::ldmatrix_x4(a[mt].x, a_smem + ATile::advance(a_offset, 16 * Grid::kWM * mt, 2 * kk));
-      else
-        cuda::ldmatrix_x4_trans(a[mt].x, a_smem + ATile::advance(a_offset, 16 * kk, 2 * Grid::kWM * mt));
-    }
-#pragma unroll
-    for (int np = 0; np < kSlabs; ++np) {
-      uint32_t b[4];
-      if constexpr (kBRows == TileRows::kMN)
-        cuda::ldmatrix_x4(b, b_smem + BTile::advance(b_offset, 16 * Grid::kWN * (slab0 + np), 2 * kk));
-      else
-        cuda::ldmatrix_x4_trans(b, b_smem + BTile::advance(b_offset, 16 * kk, 2 * Grid::kWN * (slab0 + np)));
-#pragma unroll
-      for (int mt = 0; mt < Grid::kMTiles; ++mt) {
-        cuda::mma_m16n8k16<T>(c[mt][2 * np], a[mt], {b[0], b[1]});
-        cuda::mma_m16n8k16<T>(c[mt][2 * np + 1], a[mt], {b[2], b[3]});
-      }
-    }
-  }
-}
-
-template <int kMTiles, int kNTiles>
-__device__ __forceinline__ void zero_fragments(cuda::FragC (&c)[kMTiles][kNTiles]) {
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) c[mt][nt] = {0.0f, 0.0f, 0.0f, 0.0f};
-}
-
-// Where a lane's accumulator pair c[mt][nt].x[2 r], x[2 r + 1] lives in a swizzled [kRows, kCols]
-// tile: the lane's first pair (fragment_base) advanced to (mt, nt, r). Chunk step
-// 2 kWN (nt / 2) + nt % 2 from the first chunk 2 wn: bits disjoint.
-template <class Grid, class Tile>
-__device__ __forceinline__ uint32_t fragment_base(const Grid& grid, int lane) {
-  return Tile::offset(grid.row0(0) + (lane >> 2), grid.col0(0) / 8) + 4 * (lane & 3);
-}
-template <class Grid, class Tile>
-__device__ __forceinline__ uint32_t fragment_at(uint32_t base, int mt, int nt, int r) {
-  return Tile::advance(base, 16 * Grid::kWM * mt + 8 * r, 2 * Grid::kWN * (nt / 2) + nt % 2);
-}
-
-// A warp's accumulators rounded to T into a swizzled [kRows, kCols] tile at the grid's positions.
-// Eight rows (g) at one chunk fall in eight bank groups, the four lanes t of a row in one: no bank
-// conflicts.
-template <class T, class Grid, class Tile>
-__device__ __forceinline__ void store_fragments(char* tile, const cuda::FragC (&c)[Grid::kMTiles][Grid::kNTiles],
-                                                const Grid& grid, int lane) {
-  const uint32_t base = fragment_base<Grid, Tile>(grid, lane);
-#pragma unroll
-  for (int mt = 0; mt < Grid::kMTiles; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < Grid::kNTiles; ++nt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        *reinterpret_cast<uint32_t*>(tile + fragment_at<Grid, Tile>(base, mt, nt, r)) =
-            cuda::MmaType<T>::pack(c[mt][nt].x[2 * r], c[mt][nt].x[2 * r + 1]);
-}
 
 // Scores of S^T (rows: keys from j0; columns: queries from i0) outside the band become -inf.
 template <class Grid>
@@ -204,36 +100,6 @@ __device__ __forceinline__ void probabilities_transposed(cuda::FragC (&st)[Grid:
         const float p1 = mods.probability(x[1], i + 1, j, keys1.lo <= j && j < keys1.hi, lse.y, x[1]);
         *reinterpret_cast<uint32_t*>(pt_tile + fragment_at<Grid, Tile>(base, mt, nt, r)) =
             cuda::MmaType<T>::pack(p0, p1);
-      }
-  }
-}
-
-// dQ += dS K for one warp of Grid, added into the step's fp32 accumulator rows dq_rows (row stride
-// head_dim; rows_valid of them exist): A = dS, read transposed from dS^T, B = K (rows keys, the
-// reduction). kPassSlabs of the warp's 16-column slabs at a time.
-template <class T, class Grid, int kKSteps, int kPassSlabs, class PTile, class KTile>
-__device__ __forceinline__ void accumulate_dq(float* dq_rows, int rows_valid, int head_dim, uint32_t dst_smem,
-                                              uint32_t k_smem, const Grid& grid, int lane) {
-  static_assert((Grid::kNTiles / 2) % kPassSlabs == 0);
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int slab0 = 0; slab0 < Grid::kNTiles / 2; slab0 += kPassSlabs) {
-    cuda::FragC dq[Grid::kMTiles][2 * kPassSlabs];
-    zero_fragments(dq);
-    warp_gemm<T, Grid, kKSteps, TileRows::kK, TileRows::kK, PTile, KTile, kPassSlabs>(dq, dst_smem, k_smem, grid, lane,
-                                                                                      slab0);
-#pragma unroll
-    for (int mt = 0; mt < Grid::kMTiles; ++mt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = grid.row0(mt) + g + 8 * r;
-        if (row >= rows_valid) continue;
-#pragma unroll
-        for (int nt = 0; nt < 2 * kPassSlabs; ++nt) {
-          const int col = grid.col0(2 * slab0 + nt) + 2 * t;
-          if (col < head_dim)  // head_dim is a multiple of 8: both columns or neither
-            cuda::red_add_f32x2(dq_rows + int64_t{row} * head_dim + col, dq[mt][nt].x[2 * r], dq[mt][nt].x[2 * r + 1]);
-        }
       }
   }
 }
@@ -299,7 +165,8 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
   using SdpGrid = WarpGrid<kBlockN, kBlockM, kTiles.sdp_key_warps, kWarps / kTiles.sdp_key_warps>;
   using DkGrid = WarpGrid<kBlockN, kHeadDim, kTiles.dkv_key_warps, kWarps / kTiles.dkv_key_warps>;
   using DvGrid = WarpGrid<kBlockN, kHeadDimV, kTiles.dkv_key_warps, kWarps / kTiles.dkv_key_warps>;
-  using DqGrid = WarpGrid<kBlockM, kHeadDim, kTiles.dq_query_warps, kWarps / kTiles.dq_query_warps>;
+  using DqLayout = DqAccumLayout<kHeadDim, kHeadDimV, kScoreMods>;
+  using DqGrid = typename DqLayout::Grid;
   static_assert(KTile::kBytes == kTiles.k_bytes() && VTile::kBytes == kTiles.v_bytes() &&
                 QTile::kBytes == kTiles.q_bytes() && DoTile::kBytes == kTiles.do_bytes() &&
                 PTile::kBytes == kTiles.p_bytes());
@@ -338,14 +205,17 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
   struct Step {
     int h, i0, i1;
   };
-  const auto step_at = [&](int s) {
-    const int i0 = (tiles.begin + s % tiles.count) * kBlockM;
-    return Step{h_kv * p.group + s / tiles.count, i0, min(i0 + kBlockM, seq.sq)};
+  const auto make_step = [&](int h, int i0) { return Step{h, i0, min(i0 + kBlockM, seq.sq)}; };
+  const Step first = make_step(h_kv * p.group, tiles.begin * kBlockM);
+  // The step after st: the next visible tile of its head, or the first of the next head (counted
+  // on, not divided out of the step index: fewer registers across the loop).
+  const auto next_step = [&](const Step& st) {
+    return st.i0 + kBlockM < (tiles.begin + tiles.count) * kBlockM ? make_step(st.h, st.i0 + kBlockM)
+                                                                   : make_step(st.h + 1, first.i0);
   };
   // Q, dO, lse·log2e and D of step s into buffer s % kStages, as one commit group. Rows past the
   // sequence end: Q and dO zero-filled, lse·log2e = +inf (P = 0), D = 0.
-  const auto issue_step = [&](int s) {
-    const Step st = step_at(s);
+  const auto issue_step = [&](int s, const Step& st) {
     const int stage = s % kStages;
     const T* q = static_cast<const T*>(p.q) +
                  row_offset(varlen, b, seq.q_row0, st.i0, st.h, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
@@ -373,7 +243,7 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
   KLoad::issue(k_addr, k, p.k_row_stride, j1 - j0, p.head_dim, tid);
   VLoad::issue(v_addr, v, p.v_row_stride, j1 - j0, p.head_dim_v, tid);
   cuda::cp_async_commit();
-  if (steps > 0) issue_step(0);
+  if (steps > 0) issue_step(0, first);
 
   cuda::FragC dk[DkGrid::kMTiles][DkGrid::kNTiles], dv[DvGrid::kMTiles][DvGrid::kNTiles];
   zero_fragments(dk);
@@ -381,12 +251,11 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
 
   // One step, reading buffer s % kStages (a constant: its addresses fold into the
   // instructions instead of holding registers across the loop).
-  const auto run_step = [&](auto stage_constant, int s) {
+  const auto run_step = [&](auto stage_constant, int s, const Step& st) {
     constexpr int stage = decltype(stage_constant)::value;
-    const Step st = step_at(s);
     cuda::cp_async_wait<0>();
     __syncthreads();  // step s is in; every warp is done with step s - 1 (its buffers, P^T, dS^T)
-    if (s + 1 < steps) issue_step(s + 1);
+    if (s + 1 < steps) issue_step(s + 1, next_step(st));
 
     // S^T = K Q^T, masked where the tile crosses the band's edge, then P^T in place.
     cuda::FragC pt[SdpGrid::kMTiles][SdpGrid::kNTiles];
@@ -440,14 +309,16 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
                                                                                   lane);
 
     if (p.dq_accum == nullptr) return;  // dQ has its own kernel (deterministic mode)
-    accumulate_dq<T, DqGrid, kBlockN / 16, kTiles.dq_pass_slabs, PTile, KTile>(
-        p.dq_accum + workspace_row(p, b, st.h, st.i0) * p.head_dim, st.i1 - st.i0, p.head_dim, dst_addr, k_addr, dqg,
-        lane);
+    accumulate_dq<T, DqLayout, kBlockN / 16, kTiles.dq_pass_slabs, PTile, KTile>(DqLayout::tile(p, b, st.h, st.i0),
+                                                                                dst_addr, k_addr, dqg, tid);
   };
   static_assert(kStages == 2);
+  Step st = first;
   for (int s = 0; s < steps; s += 2) {
-    run_step(std::integral_constant<int, 0>{}, s);
-    if (s + 1 < steps) run_step(std::integral_constant<int, 1>{}, s + 1);
+    run_step(std::integral_constant<int, 0>{}, s, st);
+    st = next_step(st);
+    if (s + 1 < steps) run_step(std::integral_constant<int, 1>{}, s + 1, st);
+    st = next_step(st);
   }
 
   // Epilogue: dK = scale · Σ dS^T Q and dV staged over the K and V tiles they belong to, then
@@ -464,10 +335,13 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
   store_fragments<T, DvGrid, VTile>(smem + KTile::kBytes, dv, dvg, lane);
   __syncthreads();
 
+  // The sequence's first key row read again (cu_seqlens_k) rather than kept in registers across
+  // the loop, which spills in the d = 256 variants on sm_90a.
+  const int k_row0 = backward_sequence(p, b).k_row0;
   T* dk_out = static_cast<T*>(p.dk) +
-              row_offset(varlen, b, seq.k_row0, j0, h_kv, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
+              row_offset(varlen, b, k_row0, j0, h_kv, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
   T* dv_out = static_cast<T*>(p.dv) +
-              row_offset(varlen, b, seq.k_row0, j0, h_kv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
+              row_offset(varlen, b, k_row0, j0, h_kv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
   if constexpr (kHeadDim == kHeadDimV) {
     // One loop over dK and dV (two copy_out_rows calls here spill 4 bytes in the d = 192 mods variant).
     constexpr int kChunksPerRow = kHeadDim / 8;

@@ -3,7 +3,7 @@
 // in stream order. The main and dQ kernels run their score-modifier variant (softcap, ALiBi,
 // bias, mask) only when one is on, so that the plain path carries none of it. dQ comes from one of two places, chosen by the workspace layout (backward.cu):
 //   p.dq_accum set:  the main kernel adds dS·K into the fp32 accumulator with atomics, and the
-//                    convert kernel scales and rounds it (fast; the last bits depend on the order
+//                    convert kernel (backward_dq_accum.cuh) scales and rounds it (fast; the last bits depend on the order
 //                    of the adds);
 //   p.dq_accum null: the deterministic mode; the main kernel computes dK and dV only, and the dQ
 //                    kernel (grid: query blocks, heads_q, batch) owns each row's dQ.
@@ -42,14 +42,20 @@ cudaError_t launch_backward_dq(const BackwardKernelParams& p, cudaStream_t strea
 
 template <int kHeadDim, int kHeadDimV, class T, bool kScoreMods>
 cudaError_t launch_backward_variant(const BackwardKernelParams& p, cudaStream_t stream) {
-  const dim3 row_grid((p.seqlen_q + kRowsPerRowBlock - 1) / kRowsPerRowBlock, p.heads_q, p.batch);
   const bool has_rows = p.seqlen_q > 0;
   const bool deterministic = p.dq_accum == nullptr;
-  if (has_rows) backward_preprocess_kernel<T><<<row_grid, kRowKernelWarps * 32, 0, stream>>>(p);
+  if (has_rows) {
+    const dim3 grid((preprocess_rows(p) + kRowsPerRowBlock - 1) / kRowsPerRowBlock, p.heads_q, p.batch);
+    backward_preprocess_kernel<T><<<grid, kRowKernelWarps * 32, 0, stream>>>(p);
+  }
   if (p.seqlen_k > 0)
     if (cudaError_t e = launch_backward_main<kHeadDim, kHeadDimV, T, kScoreMods>(p, stream); e != cudaSuccess)
       return e;
-  if (has_rows && !deterministic) backward_convert_dq_kernel<T><<<row_grid, kRowKernelWarps * 32, 0, stream>>>(p);
+  if (has_rows && !deterministic) {
+    constexpr int kBlockM = DqAccumLayout<kHeadDim, kHeadDimV, kScoreMods>::kBlockM;
+    const dim3 grid((p.seqlen_q + kBlockM - 1) / kBlockM, p.heads_q, p.batch);
+    backward_convert_dq_kernel<kHeadDim, kHeadDimV, T, kScoreMods><<<grid, kConvertDqThreads, 0, stream>>>(p);
+  }
   if (has_rows && deterministic)  // also with seqlen_k = 0: rows that see no key get dQ = 0
     if (cudaError_t e = launch_backward_dq<kHeadDim, kHeadDimV, T, kScoreMods>(p, stream); e != cudaSuccess) return e;
   return cudaGetLastError();

@@ -31,12 +31,17 @@ struct BackwardKernelParams {
   const int32_t* maybe_cu_seqlens_q;
   const int32_t* maybe_cu_seqlens_k;
 
-  // Workspace, each array indexed by (b, h, i) as ((b * heads_q + h) * seqlen_q + i), i local to
-  // the sequence (varlen: seqlen_q is the longest, so every sequence fits):
-  float* dq_accum;   // [batch, heads_q, seqlen_q, head_dim] fp32, unscaled dS·K; null in the
-                     // deterministic mode (dQ then comes from backward_dq_kernel.cuh, no atomics)
+  // Workspace. delta and lse_log2 are indexed by (b, h, i) as ((b * heads_q + h) * seqlen_q + i),
+  // i local to the sequence (varlen: seqlen_q is the longest, so every sequence fits):
   float* delta;      // [batch, heads_q, seqlen_q]: D = rowsum(dO ∘ O)
   float* lse_log2;   // [batch, heads_q, seqlen_q]: lse · log2(e), +inf for rows that see no key
+  // fp32, unscaled dS·K: [batch, heads_q, dq_accum_rows / Br, Br · dq_accum_width], each tile of
+  // the main kernel's Br query rows in the order of its dQ fragments (backward_dq_accum.cuh), so
+  // that each warp's reduction covers whole lines. Null in the deterministic mode (dQ then comes
+  // from backward_dq_kernel.cuh, no atomics).
+  float* dq_accum;
+  int64_t dq_accum_rows;  // rows per (b, h): seqlen_q rounded up to kDqAccumRowMultiple
+  int dq_accum_width;     // floats per row: the instantiation's head dim (columns past head_dim unused)
 
   int batch;
   int seqlen_q, seqlen_k;  // varlen: upper bounds (they size the grid and the workspace)
@@ -68,14 +73,22 @@ struct BackwardKernelParams {
   }
 };
 
+// The dQ accumulator's rows per (b, h) are padded to a multiple of every policy's Br, so that its
+// tiles are whole and the main kernel adds into them without bounds checks.
+constexpr int kDqAccumRowMultiple = 128;
+constexpr int64_t dq_accum_rows(int64_t seqlen_q) {
+  return (seqlen_q + kDqAccumRowMultiple - 1) / kDqAccumRowMultiple * kDqAccumRowMultiple;
+}
+
 // Workspace bytes for the arrays above, plus slack to align the start. The order: dq_accum (when
-// there is one), delta, lse_log2.
+// there is one; accum_width floats per row), delta, lse_log2.
 constexpr int64_t kWorkspaceAlignment = 256;
 
-inline int64_t backward_workspace_bytes(int64_t batch, int64_t heads_q, int64_t seqlen_q, int64_t head_dim,
+inline int64_t backward_workspace_bytes(int64_t batch, int64_t heads_q, int64_t seqlen_q, int64_t accum_width,
                                         bool deterministic) {
   const int64_t rows = batch * heads_q * seqlen_q;
-  return kWorkspaceAlignment + rows * ((deterministic ? 0 : head_dim) + 2) * 4;
+  const int64_t accum = deterministic ? 0 : batch * heads_q * dq_accum_rows(seqlen_q) * accum_width;
+  return kWorkspaceAlignment + (accum + 2 * rows) * 4;
 }
 
 }  // namespace flashattn::detail::sm80

@@ -1,7 +1,7 @@
 // The sm80 backward's row kernels and the indexing they share with the main kernels:
-//   preprocess: D = rowsum(dO ∘ O) (over head_dim_v) and lse·log2(e) per query row into the workspace, and the row's
-//               fp32 dQ accumulator zeroed (when the workspace has one: p.dq_accum not null);
-//   convert:    dQ = scale · accumulator, rounded to the storage type.
+//   preprocess: D = rowsum(dO ∘ O) (over head_dim_v) and lse·log2(e) per query row into the workspace, and the fp32
+//               dQ accumulator zeroed, padding included (when the workspace has one: p.dq_accum not null);
+// (the convert kernel, which reads the accumulator's fragment order, is in backward_dq_accum.cuh).
 // Rows that see no key (lse = -inf) get lse·log2e = +inf, so their P is exp2(-inf) = 0.
 #pragma once
 
@@ -57,69 +57,54 @@ inline constexpr int kRowKernelWarps = 4;
 inline constexpr int kRowsPerWarp = 4;
 inline constexpr int kRowsPerRowBlock = kRowKernelWarps * kRowsPerWarp;
 
+// Grid: row blocks covering the longest sequence's rows and, with an accumulator, its padded rows.
+inline int64_t preprocess_rows(const BackwardKernelParams& p) {
+  return p.dq_accum != nullptr ? p.dq_accum_rows : p.seqlen_q;
+}
+
 template <class T>
 __global__ void __launch_bounds__(kRowKernelWarps * 32) backward_preprocess_kernel(const BackwardKernelParams p) {
   const int h = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const BackwardSequence seq = backward_sequence(p, b);
   const bool varlen = p.maybe_cu_seqlens_q != nullptr;
   const bool has_chunk = lane * 8 < p.head_dim_v;  // of O and dO
-  const bool has_dq_chunk = lane * 8 < p.head_dim;
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int i = blockIdx.x * kRowsPerRowBlock + warp * kRowsPerWarp + r;
-    if (i >= seq.sq) return;
-    float dot = 0.0f;
-    if (has_chunk) {
-      const T* o = static_cast<const T*>(p.o) +
-                   row_offset(varlen, b, seq.q_row0, i, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
-      const T* d_o = static_cast<const T*>(p.d_o) +
-                     row_offset(varlen, b, seq.q_row0, i, h, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
-      const uint4 ov = *reinterpret_cast<const uint4*>(o + lane * 8);
-      const uint4 dv = *reinterpret_cast<const uint4*>(d_o + lane * 8);
-      const uint32_t os[4] = {ov.x, ov.y, ov.z, ov.w}, ds[4] = {dv.x, dv.y, dv.z, dv.w};
+    if (i < seq.sq) {  // the same for the whole warp
+      float dot = 0.0f;
+      if (has_chunk) {
+        const T* o = static_cast<const T*>(p.o) +
+                     row_offset(varlen, b, seq.q_row0, i, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+        const T* d_o = static_cast<const T*>(p.d_o) + row_offset(varlen, b, seq.q_row0, i, h, p.do_batch_stride,
+                                                                 p.do_row_stride, p.do_head_stride);
+        const uint4 ov = *reinterpret_cast<const uint4*>(o + lane * 8);
+        const uint4 dv = *reinterpret_cast<const uint4*>(d_o + lane * 8);
+        const uint32_t os[4] = {ov.x, ov.y, ov.z, ov.w}, ds[4] = {dv.x, dv.y, dv.z, dv.w};
 #pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        const float2 a = Pair<T>::to_float2(os[x]), c = Pair<T>::to_float2(ds[x]);
-        dot = fmaf(a.x, c.x, fmaf(a.y, c.y, dot));
+        for (int x = 0; x < 4; ++x) {
+          const float2 a = Pair<T>::to_float2(os[x]), c = Pair<T>::to_float2(ds[x]);
+          dot = fmaf(a.x, c.x, fmaf(a.y, c.y, dot));
+        }
+      }
+#pragma unroll
+      for (int mask = 16; mask >= 1; mask /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, mask);
+      const int64_t row = workspace_row(p, b, h, i);
+      if (lane == 0) {
+        const float lse = p.lse[(varlen ? 0 : b * p.lse_batch_stride) + h * p.lse_head_stride + seq.q_row0 + i];
+        p.delta[row] = dot;
+        p.lse_log2[row] = lse == -INFINITY ? INFINITY : lse * cuda::kLog2e;
       }
     }
-#pragma unroll
-    for (int mask = 16; mask >= 1; mask /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, mask);
-    const int64_t row = workspace_row(p, b, h, i);
-    if (lane == 0) {
-      const float lse = p.lse[(varlen ? 0 : b * p.lse_batch_stride) + h * p.lse_head_stride + seq.q_row0 + i];
-      p.delta[row] = dot;
-      p.lse_log2[row] = lse == -INFINITY ? INFINITY : lse * cuda::kLog2e;
-    }
-    if (has_dq_chunk && p.dq_accum != nullptr) {
-      float4* acc = reinterpret_cast<float4*>(p.dq_accum + row * p.head_dim + lane * 8);
+    // The accumulator's row i of (b, h) as dq_accum_width floats: row i's slot in the flat
+    // region, not row i of dQ (the tiles are in fragment order), so all slots below
+    // dq_accum_rows together zero every tile.
+    if (p.dq_accum != nullptr && i < p.dq_accum_rows && lane * 8 < p.dq_accum_width) {
+      float4* acc = reinterpret_cast<float4*>(
+          p.dq_accum + ((int64_t{b} * p.heads_q + h) * p.dq_accum_rows + i) * p.dq_accum_width + lane * 8);
       acc[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       acc[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-  }
-}
-
-template <class T>
-__global__ void __launch_bounds__(kRowKernelWarps * 32) backward_convert_dq_kernel(const BackwardKernelParams p) {
-  const int h = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const BackwardSequence seq = backward_sequence(p, b);
-  const bool varlen = p.maybe_cu_seqlens_q != nullptr;
-  if (lane * 8 >= p.head_dim) return;
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    const int i = blockIdx.x * kRowsPerRowBlock + warp * kRowsPerWarp + r;
-    if (i >= seq.sq) return;
-    const float4* acc = reinterpret_cast<const float4*>(p.dq_accum + workspace_row(p, b, h, i) * p.head_dim + lane * 8);
-    const float4 lo = acc[0], hi = acc[1];
-    const float s = p.scale;
-    uint4 out;
-    out.x = cuda::MmaType<T>::pack(lo.x * s, lo.y * s);
-    out.y = cuda::MmaType<T>::pack(lo.z * s, lo.w * s);
-    out.z = cuda::MmaType<T>::pack(hi.x * s, hi.y * s);
-    out.w = cuda::MmaType<T>::pack(hi.z * s, hi.w * s);
-    T* dq = static_cast<T*>(p.dq) +
-            row_offset(varlen, b, seq.q_row0, i, h, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
-    *reinterpret_cast<uint4*>(dq + lane * 8) = out;
   }
 }
 
