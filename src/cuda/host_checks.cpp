@@ -71,8 +71,9 @@ Status last_launch_status(const char* what) {
 
 std::string index_limits(const Dims& d) {
   constexpr int64_t kMaxGridYZ = 65535;
-  if (d.seqlen_q + d.seqlen_k > std::numeric_limits<int32_t>::max())
-    return "seqlen_q + seqlen_k above 2^31 - 1 (32-bit row indices)";
+  // Headroom of one 256-row tile: the kernels form tile ends (i0 + Br) past the last row.
+  if (d.seqlen_q + d.seqlen_k > std::numeric_limits<int32_t>::max() - 256)
+    return "seqlen_q + seqlen_k above 2^31 - 257 (32-bit row indices, with a tile of headroom)";
   if (d.heads_q > kMaxGridYZ || d.batch > kMaxGridYZ) return "heads_q and batch must be at most 65535 (grid dimensions)";
   return {};
 }

@@ -44,6 +44,8 @@ template <int kHeadDim, int kHeadDimV, class T, bool kScoreMods>
 cudaError_t launch_backward_variant(const BackwardKernelParams& p, cudaStream_t stream) {
   const bool has_rows = p.seqlen_q > 0;
   const bool deterministic = p.dq_accum == nullptr;
+  // The accumulator's rows are this instantiation's tiles (backward_dq_accum.cuh).
+  if (!deterministic && p.dq_accum_width != kHeadDim) return cudaErrorInvalidValue;
   if (has_rows) {
     const dim3 grid((preprocess_rows(p) + kRowsPerRowBlock - 1) / kRowsPerRowBlock, p.heads_q, p.batch);
     backward_preprocess_kernel<T><<<grid, kRowKernelWarps * 32, 0, stream>>>(p);

@@ -1,6 +1,6 @@
 // Which keys a query row sees under causal and sliding-window masking: the device twin of
 // problem.hpp's visible_keys(), formula for formula (the tests check the kernel against a reference
-// built on problem.hpp). Indices fit in 32 bits (supported() requires seqlen_q + seqlen_k < 2^31);
+// built on problem.hpp). Indices fit in 32 bits (supported() requires seqlen_q + seqlen_k < 2^31 - 256);
 // the arithmetic is done in 64. Also the per-element band masks of the score fragments (S and S^T).
 #pragma once
 
