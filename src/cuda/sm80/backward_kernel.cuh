@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
             pt[mt][nt].x[2 * r + 1] = cuda::fast_exp2(fmaf(pt[mt][nt].x[2 * r + 1], p.scale_log2, -lse.y));
           }
       }
-      store_fragments<T, SdpGrid, PTile>(pt_tile, pt, sdp, lane);
+      store_fragments<T, SdpGrid, PTile, kTiles.matrix_stores>(pt_tile, pt, sdp, lane);
     }
 
     // dP^T = V dO^T (over dv), then dS^T = P^T ∘ (dP^T - D) in place.
@@ -299,7 +299,7 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
           dst[mt][nt].x[2 * r + 1] = pt[mt][nt].x[2 * r + 1] * (dst[mt][nt].x[2 * r + 1] - delta.y);
         }
     }
-    store_fragments<T, SdpGrid, PTile>(dst_tile, dst, sdp, lane);
+    store_fragments<T, SdpGrid, PTile, kTiles.matrix_stores>(dst_tile, dst, sdp, lane);
     __syncthreads();  // P^T and dS^T are whole
 
     // dV += P^T dO, dK += dS^T Q: A rows are keys, B rows are queries (the reduction).
@@ -331,8 +331,8 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
     for (int nt = 0; nt < DkGrid::kNTiles; ++nt)
 #pragma unroll
       for (int x = 0; x < 4; ++x) dk[mt][nt].x[x] *= p.scale;
-  store_fragments<T, DkGrid, KTile>(smem, dk, dkg, lane);
-  store_fragments<T, DvGrid, VTile>(smem + KTile::kBytes, dv, dvg, lane);
+  store_fragments<T, DkGrid, KTile, false>(smem, dk, dkg, lane);
+  store_fragments<T, DvGrid, VTile, false>(smem + KTile::kBytes, dv, dvg, lane);
   __syncthreads();
 
   // The sequence's first key row read again (cu_seqlens_k) rather than kept in registers across

@@ -29,6 +29,8 @@ struct BackwardTiles {
   int dq_query_warps;  // warp grid of dQ: warps along the queries
   int dq_pass_slabs;   // dQ computed this many 16-column slabs of a warp at a time (registers)
   int min_blocks = 1;  // resident blocks per multiprocessor asked of the compiler (caps registers)
+  bool matrix_stores = true;  // P^T and dS^T stored with stmatrix on sm_90 (a quarter of the store
+                              // instructions); 32-bit stores where that spills
 
   static constexpr int kStages = 2;  // Q, dO, lse·log2e and D buffers
   static constexpr int padded(int dim) { return (dim + 63) / 64 * 64; }
@@ -47,7 +49,9 @@ struct BackwardTiles {
 
 // The warp tiles follow from the grids: S^T keys x queries, dK/dV keys x d (dv), dQ queries x d.
 // All compile without spills at 245-255 registers (sm_80 and sm_90a); dQ in one pass (all slabs of
-// a warp) fits beside dK and dV everywhere today.
+// a warp) fits beside dK and dV everywhere today. stmatrix for P^T and dS^T (sm_90) measured
+// +3-4% at d = 256, +0-1% at d = 128 and nothing at d = 64, where it spills 8 bytes: d = 64 keeps
+// 32-bit stores (docs/perf.md, backward v5).
 // Different V head dims: (192, 128) takes the d = 192 shape (its dV is smaller); (64, 128) takes
 // the d = 128 shape, with dQ's warp grid along the queries (its 64 columns are too few for four
 // 16-column slabs).
@@ -55,7 +59,7 @@ constexpr BackwardTiles backward_tiles_plain(int head_dim, int head_dim_v) {
   if (head_dim == head_dim_v) {
     switch (head_dim) {
       //                 d   dv  Br   Bc warps  grids: S^T dK,dV dQ  dQ slabs/pass  tiles: S^T  dK,dV  dQ   smem
-      case 64: return {64, 64, 128, 128, 8, 4, 4, 4, 2};      //                      32x64 32x32 32x32  162 KB
+      case 64: return {64, 64, 128, 128, 8, 4, 4, 4, 2, 1, false};  //                32x64 32x32 32x32  162 KB
       case 96: return {96, 96, 64, 128, 8, 4, 4, 4, 3};       //                      32x32 32x48 16x48  161 KB
       case 128: return {128, 128, 64, 128, 8, 4, 4, 2, 2};    //                      32x32 32x64 32x32  161 KB
       case 192: return {192, 192, 64, 64, 8, 2, 2, 2, 3};     //                      32x16 32x48 32x48  161 KB
@@ -71,8 +75,9 @@ constexpr BackwardTiles backward_tiles_plain(int head_dim, int head_dim_v) {
 // The kernel variant with score modifiers (softcap, ALiBi, bias, mask) recomputes the logits in
 // registers beside S^T and dP^T. Where the plain shape's accumulators (dK, dV, S^T, dP^T: 192 fp32
 // per thread at d = 128, 160 at d = 96 and (64, 128)) leave no room for that, ptxas spills; those
-// take Bc = 64, and d = 64 takes Br = 64 (its 128 x 128 S^T is 64 fp32 per thread). The others
-// compile as they are without spills.
+// take Bc = 64, and d = 64 takes Br = 64 (its 128 x 128 S^T is 64 fp32 per thread); d = 256
+// stores dS^T with 32-bit stores (stmatrix spills 12 bytes there). The others compile as they are
+// without spills.
 constexpr BackwardTiles backward_tiles(int head_dim, int head_dim_v, bool score_mods) {
   if (score_mods) {
     //                                         d   dv   Br  Bc warps S^T dK,dV dQ  slabs/pass
@@ -80,6 +85,7 @@ constexpr BackwardTiles backward_tiles(int head_dim, int head_dim_v, bool score_
     if (head_dim == 96 && head_dim_v == 96) return {96, 96, 64, 64, 8, 4, 4, 4, 3};
     if (head_dim == 128 && head_dim_v == 128) return {128, 128, 64, 64, 8, 4, 4, 2, 2};
     if (head_dim == 64 && head_dim_v == 128) return {64, 128, 64, 64, 8, 4, 4, 4, 2};
+    if (head_dim == 256 && head_dim_v == 256) return {256, 256, 64, 64, 8, 2, 2, 2, 4, 1, false};
   }
   return backward_tiles_plain(head_dim, head_dim_v);
 }

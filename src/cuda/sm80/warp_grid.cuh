@@ -102,10 +102,30 @@ __device__ __forceinline__ uint32_t fragment_at(uint32_t base, int mt, int nt, i
 
 // A warp's accumulators rounded to T into a swizzled [kRows, kCols] tile at the grid's positions.
 // Eight rows (g) at one chunk fall in eight bank groups, the four lanes t of a row in one: no bank
-// conflicts.
-template <class T, class Grid, class Tile>
+// conflicts. kMatrix, on sm_90: one stmatrix per m16 tile and 16-column slab instead (matrices:
+// rows 0-7 | 8-15 of the slab's first n8 tile, then of its second; lane L addresses row
+// L % 8 + 8 (L / 8 % 2) at chunk L / 16 of the slab), a quarter of the store instructions and
+// the same banks; 32-bit stores elsewhere.
+template <class T, class Grid, class Tile, bool kMatrix>
 __device__ __forceinline__ void store_fragments(char* tile, const cuda::FragC (&c)[Grid::kMTiles][Grid::kNTiles],
                                                 const Grid& grid, int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kMatrix) {
+  const uint32_t tile_smem = cuda::smem_address(tile);
+  const uint32_t lane_offset = Tile::offset(grid.row0(0) + lane % 8 + 8 * (lane / 8 % 2), 2 * grid.wn + lane / 16);
+#pragma unroll
+  for (int mt = 0; mt < Grid::kMTiles; ++mt)
+#pragma unroll
+    for (int np = 0; np < Grid::kNTiles / 2; ++np) {
+      const float* lo = c[mt][2 * np].x;
+      const float* hi = c[mt][2 * np + 1].x;
+      const uint32_t r[4] = {cuda::MmaType<T>::pack(lo[0], lo[1]), cuda::MmaType<T>::pack(lo[2], lo[3]),
+                             cuda::MmaType<T>::pack(hi[0], hi[1]), cuda::MmaType<T>::pack(hi[2], hi[3])};
+      cuda::stmatrix_x4(tile_smem + Tile::advance(lane_offset, 16 * Grid::kWM * mt, 2 * Grid::kWN * np), r);
+    }
+  return;
+  }
+#endif
   const uint32_t base = fragment_base<Grid, Tile>(grid, lane);
 #pragma unroll
   for (int mt = 0; mt < Grid::kMTiles; ++mt)
