@@ -111,19 +111,19 @@ __device__ __forceinline__ void store_fragments(char* tile, const cuda::FragC (&
                                                 const Grid& grid, int lane) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (kMatrix) {
-  const uint32_t tile_smem = cuda::smem_address(tile);
-  const uint32_t lane_offset = Tile::offset(grid.row0(0) + lane % 8 + 8 * (lane / 8 % 2), 2 * grid.wn + lane / 16);
+    const uint32_t tile_smem = cuda::smem_address(tile);
+    const uint32_t lane_offset = Tile::offset(grid.row0(0) + lane % 8 + 8 * (lane / 8 % 2), 2 * grid.wn + lane / 16);
 #pragma unroll
-  for (int mt = 0; mt < Grid::kMTiles; ++mt)
+    for (int mt = 0; mt < Grid::kMTiles; ++mt)
 #pragma unroll
-    for (int np = 0; np < Grid::kNTiles / 2; ++np) {
-      const float* lo = c[mt][2 * np].x;
-      const float* hi = c[mt][2 * np + 1].x;
-      const uint32_t r[4] = {cuda::MmaType<T>::pack(lo[0], lo[1]), cuda::MmaType<T>::pack(lo[2], lo[3]),
-                             cuda::MmaType<T>::pack(hi[0], hi[1]), cuda::MmaType<T>::pack(hi[2], hi[3])};
-      cuda::stmatrix_x4(tile_smem + Tile::advance(lane_offset, 16 * Grid::kWM * mt, 2 * Grid::kWN * np), r);
-    }
-  return;
+      for (int np = 0; np < Grid::kNTiles / 2; ++np) {
+        const float* lo = c[mt][2 * np].x;
+        const float* hi = c[mt][2 * np + 1].x;
+        const uint32_t r[4] = {cuda::MmaType<T>::pack(lo[0], lo[1]), cuda::MmaType<T>::pack(lo[2], lo[3]),
+                               cuda::MmaType<T>::pack(hi[0], hi[1]), cuda::MmaType<T>::pack(hi[2], hi[3])};
+        cuda::stmatrix_x4(tile_smem + Tile::advance(lane_offset, 16 * Grid::kWM * mt, 2 * Grid::kWN * np), r);
+      }
+    return;
   }
 #endif
   const uint32_t base = fragment_base<Grid, Tile>(grid, lane);
