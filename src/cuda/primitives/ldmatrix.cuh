@@ -1,4 +1,4 @@
-// ldmatrix (and stmatrix): a warp loads four 8x8 matrices of 16-bit elements from shared memory into mma fragments.
+// ldmatrix: a warp loads four 8x8 matrices of 16-bit elements from shared memory into mma fragments.
 // Lanes 8i..8i+7 give the row addresses (16 bytes each) of matrix i; lane 4g+t receives, of each
 // matrix, row g elements 2t..2t+1 (plain) or column g elements of rows 2t..2t+1 (.trans).
 #pragma once

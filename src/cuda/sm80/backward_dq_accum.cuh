@@ -43,7 +43,7 @@ struct DqAccumLayout {
   __device__ static constexpr int fragment_offset(int mt, int nt) { return (mt * Grid::kNTiles + nt) * 4 * kThreads; }
   // The tile of (b, h) whose first row is i0 (a multiple of Br).
   __device__ static float* tile(const BackwardKernelParams& p, int b, int h, int i0) {
-    return p.dq_accum + ((int64_t{b} * p.heads_q + h) * p.dq_accum_rows + i0) * kHeadDim;
+    return p.dq_accum + dq_accum_offset(p, b, h, i0, kHeadDim);
   }
 };
 

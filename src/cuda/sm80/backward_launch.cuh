@@ -3,8 +3,8 @@
 // in stream order. The main and dQ kernels run their score-modifier variant (softcap, ALiBi,
 // bias, mask) only when one is on, so that the plain path carries none of it. dQ comes from one of two places, chosen by the workspace layout (backward.cu):
 //   p.dq_accum set:  the main kernel adds dS·K into the fp32 accumulator with atomics, and the
-//                    convert kernel (backward_dq_accum.cuh) scales and rounds it (fast; the last bits depend on the order
-//                    of the adds);
+//                    convert kernel (backward_dq_accum.cuh) scales and rounds it (fast; the last
+//                    bits depend on the order of the adds);
 //   p.dq_accum null: the deterministic mode; the main kernel computes dK and dV only, and the dQ
 //                    kernel (grid: query blocks, heads_q, batch) owns each row's dQ.
 // Included only by the generated instantiation files.

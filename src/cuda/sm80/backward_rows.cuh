@@ -42,6 +42,13 @@ __device__ __forceinline__ int64_t workspace_row(const BackwardKernelParams& p, 
   return (int64_t{b} * p.heads_q + h) * p.seqlen_q + i;
 }
 
+// Float offset of row slot i of (b, h) in the dQ accumulator, slots `width` floats wide
+// (p.dq_accum_width; the main and convert kernels pass their head dim, which the launch checks
+// equal to it). The slots of a tile hold its rows in fragment order (backward_dq_accum.cuh).
+__device__ __forceinline__ int64_t dq_accum_offset(const BackwardKernelParams& p, int b, int h, int64_t i, int width) {
+  return ((int64_t{b} * p.heads_q + h) * p.dq_accum_rows + i) * width;
+}
+
 template <class T> struct Pair;
 template <> struct Pair<__half> {
   __device__ static float2 to_float2(uint32_t x) { return __half22float2(*reinterpret_cast<const __half2*>(&x)); }
@@ -96,12 +103,10 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32) backward_preprocess_kern
         p.lse_log2[row] = lse == -INFINITY ? INFINITY : lse * cuda::kLog2e;
       }
     }
-    // The accumulator's row i of (b, h) as dq_accum_width floats: row i's slot in the flat
-    // region, not row i of dQ (the tiles are in fragment order), so all slots below
+    // Row slot i of (b, h), not row i of dQ (the tiles are in fragment order): all slots below
     // dq_accum_rows together zero every tile.
     if (p.dq_accum != nullptr && i < p.dq_accum_rows && lane * 8 < p.dq_accum_width) {
-      float4* acc = reinterpret_cast<float4*>(
-          p.dq_accum + ((int64_t{b} * p.heads_q + h) * p.dq_accum_rows + i) * p.dq_accum_width + lane * 8);
+      float4* acc = reinterpret_cast<float4*>(p.dq_accum + dq_accum_offset(p, b, h, i, p.dq_accum_width) + lane * 8);
       acc[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       acc[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
