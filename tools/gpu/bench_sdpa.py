@@ -96,6 +96,32 @@ def time_ms(fn, warmup=3, reps=10):
     return statistics.median(times)
 
 
+def time_interleaved(fns, warmup=3, rounds=8, reps=4):
+    """Median ms per call of each of fns (name -> callable), timed in rounds: every round times each
+    entry once, the order rotated from round to round, so that a clock that drifts during the run
+    (the card warming up under a fast kernel) weighs on every entry alike instead of on whichever
+    runs after the hottest one. A sample is the CUDA-event time of `reps` calls queued back to back
+    behind one untimed call, divided by reps: the device time of the calls, without the host's
+    launch overhead (which the queue hides) or an idle gap before the first."""
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    times = {name: [] for name in names}
+    for r in range(rounds):
+        for i in range(len(names)):
+            fn = fns[names[(i + r) % len(names)]]
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            fn()
+            start.record()
+            for _ in range(reps):
+                fn()
+            end.record()
+            end.synchronize()
+            times[names[(i + r) % len(names)]].append(start.elapsed_time(end) / reps)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def backward_row(ours, row, q, k, v, o, lse, causal, flops):
     """Times SDPA flash's backward and ours (where our backend takes the shape) on the same dO."""
     do = torch.randn_like(q)
@@ -105,8 +131,7 @@ def backward_row(ours, row, q, k, v, o, lse, causal, flops):
     dot = do.transpose(1, 2)
     grads = lambda: torch.autograd.grad(out, (qg, kg, vg), dot, retain_graph=True)
     dq_flash = grads()[0]
-    ms = time_ms(grads)
-    row["flash_bwd_ms"], row["flash_bwd_tflops"] = ms, flops / ms / 1e9
+    fns = {"flash": grads}
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     try:
         nbytes = ours.backward(q, k, v, o, do, lse, dq, dk, dv, causal)
@@ -115,11 +140,12 @@ def backward_row(ours, row, q, k, v, o, lse, causal, flops):
         ours.backward(q, k, v, o, do, lse, dq, dk, dv, causal, ws)
         torch.cuda.synchronize()
         row["bwd_max_abs_diff_dq"] = (dq.transpose(1, 2).float() - dq_flash.float()).abs().max().item()
-        ms = time_ms(lambda: ours.backward(q, k, v, o, do, lse, dq, dk, dv, causal, ws))
-        row["ours_bwd_ms"], row["ours_bwd_tflops"] = ms, flops / ms / 1e9
+        fns["ours"] = lambda: ours.backward(q, k, v, o, do, lse, dq, dk, dv, causal, ws)
     except RuntimeError as e:  # a head dim our backward does not take yet is reported, not fatal
         row["ours_bwd_error"] = str(e)[:120]
-    del out, qg, kg, vg, dq_flash, dq, dk, dv, do
+    for name, ms in time_interleaved(fns).items():
+        row[f"{name}_bwd_ms"], row[f"{name}_bwd_tflops"] = ms, flops / ms / 1e9
+    del out, qg, kg, vg, dq_flash, dq, dk, dv, do, fns
 
 
 def options_table(ours, dtype, d=128, n=8192):
@@ -206,40 +232,45 @@ def main():
                 lse = torch.empty(b, h, n, device="cuda", dtype=torch.float32)
                 flops = 4 * b * h * n * n * d * (0.5 if causal else 1.0)
                 row = {"d": d, "n": n, "batch": b, "heads": h, "causal": causal}
+                # Each entry is run once and checked, then all are timed together (time_interleaved).
                 o.fill_(float("nan"))
                 ours(q, k, v, o, lse, causal)
                 torch.cuda.synchronize()
-                ms = time_ms(lambda: ours(q, k, v, o, lse, causal))
-                row["ours_ms"], row["ours_tflops"] = ms, flops / ms / 1e9
+                fns = {"ours": lambda: ours(q, k, v, o, lse, causal)}
                 # The Hopper forward on the same inputs (refused off sm_90 or for shapes it does not take).
                 o90, lse90 = torch.full_like(q, float("nan")), torch.empty_like(lse)
                 try:
                     ours(q, k, v, o90, lse90, causal, backend=SM90)
                     torch.cuda.synchronize()
-                    ms = time_ms(lambda: ours(q, k, v, o90, lse90, causal, backend=SM90))
-                    row["sm90_ms"], row["sm90_tflops"] = ms, flops / ms / 1e9
+                    fns["sm90"] = lambda: ours(q, k, v, o90, lse90, causal, backend=SM90)
                     row["max_abs_diff_sm90_vs_sm80"] = (o90.float() - o.float()).abs().max().item()
                 except RuntimeError as e:
                     row["sm90_error"] = str(e)[:120]
-                del o90, lse90
                 # SDPA takes [b, h, n, d]: views of the same [b, n, h, d] storage. Its causal is top-left,
-                # the same as ours for n_q == n_k.
+                # the same as ours for n_q == n_k. The math backend (slow) is timed on its own.
                 qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
                 for name in names:
                     if name == "math" and n > args.math_max_n:
                         continue
                     try:
-                        with sdpa_kernel(backends[name]):
-                            fn = lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
-                            ref = fn()
-                            torch.cuda.synchronize()
-                            ms = time_ms(fn, warmup=2, reps=5 if name == "math" else 10)
-                        row[f"{name}_ms"], row[f"{name}_tflops"] = ms, flops / ms / 1e9
+                        def fn(backend=backends[name]):
+                            with sdpa_kernel(backend):
+                                return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+                        ref = fn()
+                        torch.cuda.synchronize()
+                        if name == "math":
+                            ms = time_ms(fn, warmup=2, reps=5)
+                            row["math_ms"], row["math_tflops"] = ms, flops / ms / 1e9
+                        else:
+                            fns[name] = fn
                         if name == "flash":
                             row["max_abs_diff_vs_flash"] = (o.transpose(1, 2).float() - ref.float()).abs().max().item()
                         del ref
                     except Exception as e:  # a backend that does not take the shape is reported, not fatal
                         row[f"{name}_error"] = str(e).splitlines()[0][:120]
+                for name, ms in time_interleaved(fns).items():
+                    row[f"{name}_ms"], row[f"{name}_tflops"] = ms, flops / ms / 1e9
+                del o90, lse90, fns
                 if args.backward:
                     backward_row(ours, row, q, k, v, o, lse, causal, flops * 2.5)
                 rows.append(row)

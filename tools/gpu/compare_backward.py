@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""The sm80 backward of several builds of the GPU shim (kernel variants, policies) timed side by side
-with SDPA's flash backward, on the same inputs, in one process: the A/B harness behind the backward
-entries of docs/perf.md. Timing as bench_sdpa.py (CUDA events, median after warm-up); each build's dQ
-is checked against flash's.
+"""The sm80 backward (or, with --forward sm80|sm90, one forward path) of several builds of the GPU
+shim (kernel variants, policies) timed side by side with SDPA's flash backward (forward: flash and
+cuDNN), on the same inputs, in one process: the A/B harness behind the entries of docs/perf.md.
+Timing as bench_sdpa.py (time_interleaved: CUDA events, median of rounds in rotating order, after
+warm-up); each build's dQ (forward: O) is checked against flash's.
 
     python3 tools/gpu/compare_backward.py --lib v0=build/a/libflashattn_shim.so --lib v1=build/b/...
 """
@@ -15,7 +16,33 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_sdpa import Ours, time_ms  # noqa: E402
+from bench_sdpa import SM80, SM90, Ours, time_interleaved  # noqa: E402
+
+
+def forward_line(args, libs, q, k, v, causal, flops):
+    """One row of the forward comparison: SDPA flash and cuDNN, then each build's forward path."""
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+
+    def sdpa(backend):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+
+    o_ref = sdpa(SDPBackend.FLASH_ATTENTION).transpose(1, 2)
+    fns = {"flash": lambda: sdpa(SDPBackend.FLASH_ATTENTION), "cudnn": lambda: sdpa(SDPBackend.CUDNN_ATTENTION)}
+    backend = SM90 if args.forward == "sm90" else SM80
+    outs, errs = [], []
+    for i, (_, lib) in enumerate(libs):
+        o = torch.full_like(q, float("nan"))
+        lib(q, k, v, o, None, causal, backend=backend)
+        torch.cuda.synchronize()
+        errs.append((o.float() - o_ref.float()).abs().max().item())
+        outs.append(o)
+        fns[i] = lambda lib=lib, o=o: lib(q, k, v, o, None, causal, backend=backend)
+    tflops = {name: flops / ms / 1e9 for name, ms in time_interleaved(fns, reps=args.reps).items()}
+    b, n, h, d = q.shape
+    return f"{d:>4} {n:>6} {str(causal):>6} {tflops['flash']:7.1f} {tflops['cudnn']:7.1f}" + "".join(
+        f" {tflops[i]:7.1f} {tflops[i] / tflops['flash']:5.2f} {tflops[i] / tflops['cudnn']:5.2f}"
+        f"{'' if errs[i] < 0.05 else ' BAD'}" for i in range(len(libs)))
 
 
 def main():
@@ -23,7 +50,8 @@ def main():
     ap.add_argument("--lib", action="append", required=True, help="name=path of a libflashattn_shim.so")
     ap.add_argument("--dims", default="64,128,256")
     ap.add_argument("--seqlens", default="2048,8192,16384")
-    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=4, help="calls per timed sample (time_interleaved)")
+    ap.add_argument("--forward", choices=["sm80", "sm90"], help="time this forward path instead of the backward")
     args = ap.parse_args()
     libs = [(x.split("=", 1)[0], Ours(x.split("=", 1)[1])) for x in args.lib]
     dtype = torch.bfloat16
@@ -35,29 +63,36 @@ def main():
                 b, h = 16384 // n, 2048 // d
                 torch.manual_seed(0)
                 q, k, v, do = (torch.randn(b, n, h, d, device="cuda", dtype=dtype) for _ in range(4))
-                flops = 2.5 * 4 * b * h * n * n * d * (0.5 if causal else 1.0)
+                flops = (1.0 if args.forward else 2.5) * 4 * b * h * n * n * d * (0.5 if causal else 1.0)
+                if args.forward:
+                    lines.append(forward_line(args, libs, q, k, v, causal, flops))
+                    print(lines[-1], flush=True)
+                    del q, k, v, do
+                    torch.cuda.empty_cache()
+                    continue
                 qg, kg, vg = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                     out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
                 grads = lambda: torch.autograd.grad(out, (qg, kg, vg), do.transpose(1, 2), retain_graph=True)
                 dq_flash = grads()[0].transpose(1, 2)
-                flash = flops / time_ms(grads, reps=args.reps) / 1e9
                 o = torch.empty_like(q)
                 lse = torch.empty(b, h, n, device="cuda", dtype=torch.float32)
                 libs[0][1](q, k, v, o, lse, causal)  # the sm80 forward's O and lse, shared by every build
-                cells = []
-                for name, lib in libs:
+                fns, errs, keep = {"flash": grads}, [], []
+                for i, (_, lib) in enumerate(libs):
                     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
                     ws = torch.empty(max(lib.backward(q, k, v, o, do, lse, dq, dk, dv, causal), 1), dtype=torch.uint8,
                                      device="cuda")
                     dq.fill_(float("nan"))
                     lib.backward(q, k, v, o, do, lse, dq, dk, dv, causal, ws)
                     torch.cuda.synchronize()
-                    err = (dq.float() - dq_flash.float()).abs().max().item()
-                    t = flops / time_ms(lambda: lib.backward(q, k, v, o, do, lse, dq, dk, dv, causal, ws),
-                                        reps=args.reps) / 1e9
-                    cells.append((t, err))
-                    del dq, dk, dv, ws
+                    errs.append((dq.float() - dq_flash.float()).abs().max().item())
+                    keep.append((dq, dk, dv, ws))
+                    fns[i] = lambda lib=lib, g=keep[-1]: lib.backward(q, k, v, o, do, lse, *g[:3], causal, g[3])
+                tflops = {name: flops / ms / 1e9 for name, ms in time_interleaved(fns, reps=args.reps).items()}
+                flash = tflops["flash"]
+                cells = [(tflops[i], errs[i]) for i in range(len(libs))]
+                del keep, fns
                 line = f"{d:>4} {n:>6} {str(causal):>6} {flash:7.1f}" + "".join(
                     f" {t:7.1f} {t / flash:5.2f}{'' if err < 0.05 else ' BAD'}" for t, err in cells)
                 print(line, flush=True)
@@ -65,8 +100,13 @@ def main():
                 del q, k, v, do, qg, kg, vg, out, dq_flash, o, lse
                 torch.cuda.empty_cache()
     print()
-    print("backward TFLOP/s (2.5x forward FLOPs) and ratio to flash, bf16, 16k tokens, hidden 2048")
-    print(f"{'d':>4} {'n':>6} {'causal':>6} {'flash':>7}" + "".join(f" {name:>7} {'/fl':>5}" for name, _ in libs))
+    if args.forward:
+        print(f"{args.forward} forward TFLOP/s and ratio to flash and cuDNN, bf16, 16k tokens, hidden 2048")
+        print(f"{'d':>4} {'n':>6} {'causal':>6} {'flash':>7} {'cudnn':>7}" +
+              "".join(f" {name:>7} {'/fl':>5} {'/cud':>5}" for name, _ in libs))
+    else:
+        print("backward TFLOP/s (2.5x forward FLOPs) and ratio to flash, bf16, 16k tokens, hidden 2048")
+        print(f"{'d':>4} {'n':>6} {'causal':>6} {'flash':>7}" + "".join(f" {name:>7} {'/fl':>5}" for name, _ in libs))
     print("\n".join(lines))
 
 
