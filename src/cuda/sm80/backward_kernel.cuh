@@ -257,20 +257,20 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
     __syncthreads();  // step s is in; every warp is done with step s - 1 (its buffers, P^T, dS^T)
     if (s + 1 < steps) issue_step(s + 1, next_step(st));
 
-    // S^T = K Q^T, masked where the tile crosses the band's edge, then P^T in place.
+    // S^T = K Q^T, masked where the tile crosses the band's edge, then P^T in place and dP^T = V dO^T
+    // (over dv). With the policy's exp_under_dp the exponentials of P^T are computed inside the dP^T
+    // GEMM, a share after each k-step (they do not depend on it: MUFU then runs under the tensor
+    // cores), and P^T is stored after it; else before it. Then dS^T = P^T ∘ (dP^T - D).
     cuda::FragC pt[SdpGrid::kMTiles][SdpGrid::kNTiles];
     zero_fragments(pt);
     warp_gemm<T, SdpGrid, kHeadDim / 16, TileRows::kMN, TileRows::kMN, KTile, QTile>(pt, k_addr, q_addr(stage), sdp,
                                                                                      lane);
-    if constexpr (kScoreMods) {
-      // pt becomes P^T ∘ (1 - (y/softcap)²); P^T goes to its tile.
-      const BackwardScoreMods mods = BackwardScoreMods::resolve(p, b, st.h, band.diagonal, seq.sq, seq.sk);
-      probabilities_transposed<T, SdpGrid, PTile>(pt, mods, band, lse_smem(stage), st.i0, j0, pt_tile, sdp, lane);
-    } else {
-      const KeyRange full = band.keys_seen_by_all(st.i0, st.i1);
-      if (j0 < full.lo || j0 + kBlockN > full.hi) mask_scores_transposed(pt, band, sdp, st.i0, j0, lane);
+    constexpr int kDpSteps = kHeadDimV / 16;
+    // The exponentials of the n8 columns nt with nt kDpSteps / kNTiles == kk (all of them for kk < 0).
+    const auto exponentials = [&](int kk) {
 #pragma unroll
       for (int nt = 0; nt < SdpGrid::kNTiles; ++nt) {
+        if (kk >= 0 && nt * kDpSteps / SdpGrid::kNTiles != kk) continue;
         const float2 lse = *reinterpret_cast<const float2*>(lse_smem(stage) + sdp.col0(nt) + 2 * t);
 #pragma unroll
         for (int mt = 0; mt < SdpGrid::kMTiles; ++mt)
@@ -280,14 +280,30 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
             pt[mt][nt].x[2 * r + 1] = cuda::fast_exp2(fmaf(pt[mt][nt].x[2 * r + 1], p.scale_log2, -lse.y));
           }
       }
-      store_fragments<T, SdpGrid, PTile, kTiles.matrix_stores>(pt_tile, pt, sdp, lane);
+    };
+    constexpr bool kExpUnderDp = !kScoreMods && kTiles.exp_under_dp;
+    if constexpr (kScoreMods) {
+      // pt becomes P^T ∘ (1 - (y/softcap)²); P^T goes to its tile.
+      const BackwardScoreMods mods = BackwardScoreMods::resolve(p, b, st.h, band.diagonal, seq.sq, seq.sk);
+      probabilities_transposed<T, SdpGrid, PTile>(pt, mods, band, lse_smem(stage), st.i0, j0, pt_tile, sdp, lane);
+    } else {
+      const KeyRange full = band.keys_seen_by_all(st.i0, st.i1);
+      if (j0 < full.lo || j0 + kBlockN > full.hi) mask_scores_transposed(pt, band, sdp, st.i0, j0, lane);
+      if constexpr (!kExpUnderDp) {
+        exponentials(-1);
+        store_fragments<T, SdpGrid, PTile, kTiles.matrix_stores>(pt_tile, pt, sdp, lane);
+      }
     }
-
-    // dP^T = V dO^T (over dv), then dS^T = P^T ∘ (dP^T - D) in place.
     cuda::FragC dst[SdpGrid::kMTiles][SdpGrid::kNTiles];
     zero_fragments(dst);
-    warp_gemm<T, SdpGrid, kHeadDimV / 16, TileRows::kMN, TileRows::kMN, VTile, DoTile>(dst, v_addr, do_addr(stage),
-                                                                                       sdp, lane);
+    if constexpr (kExpUnderDp) {
+      warp_gemm<T, SdpGrid, kDpSteps, TileRows::kMN, TileRows::kMN, VTile, DoTile, SdpGrid::kNTiles / 2>(
+          dst, v_addr, do_addr(stage), sdp, lane, 0, exponentials);
+      store_fragments<T, SdpGrid, PTile, kTiles.matrix_stores>(pt_tile, pt, sdp, lane);
+    } else {
+      warp_gemm<T, SdpGrid, kDpSteps, TileRows::kMN, TileRows::kMN, VTile, DoTile>(dst, v_addr, do_addr(stage), sdp,
+                                                                                 lane);
+    }
 #pragma unroll
     for (int nt = 0; nt < SdpGrid::kNTiles; ++nt) {
       const float2 delta = *reinterpret_cast<const float2*>(delta_smem(stage) + sdp.col0(nt) + 2 * t);

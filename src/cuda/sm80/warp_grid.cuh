@@ -42,11 +42,19 @@ enum class TileRows { kMN, kK };
 //   B, rows n: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
 //   B, rows k: (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15)
 // the B matrices being b0, b1 of the slab's two n8 tiles. c holds kSlabs of the warp's slabs, from
-// slab0 (a GEMM done in passes keeps fewer accumulators live).
+// slab0 (a GEMM done in passes keeps fewer accumulators live). after_k_step(kk) runs once k-step
+// kk's mma are issued (the loop is unrolled, so kk is a constant there): independent work placed
+// there (no shared-memory stores, which would order the next ldmatrix after them) runs under the
+// tensor cores.
+struct NoKStepWork {
+  __device__ __forceinline__ void operator()(int) const {}
+};
+
 template <class T, class Grid, int kKSteps, TileRows kARows, TileRows kBRows, class ATile, class BTile,
-          int kSlabs = Grid::kNTiles / 2>
+          int kSlabs = Grid::kNTiles / 2, class KStepWork = NoKStepWork>
 __device__ __forceinline__ void warp_gemm(cuda::FragC (&c)[Grid::kMTiles][2 * kSlabs], uint32_t a_smem,
-                                          uint32_t b_smem, const Grid& grid, int lane, int slab0 = 0) {
+                                          uint32_t b_smem, const Grid& grid, int lane, int slab0 = 0,
+                                          const KStepWork& after_k_step = {}) {
   const int lo = lane & 7, bit3 = (lane >> 3) & 1, bit4 = lane >> 4;
   // The lane's chunk is 0 or 1 plus the warp's first slab (2 wm or 2 wn): steps of 2 kk and of
   // 2 kWM mt (2 kWN np) never share a bit with it.
@@ -77,6 +85,7 @@ __device__ __forceinline__ void warp_gemm(cuda::FragC (&c)[Grid::kMTiles][2 * kS
         cuda::mma_m16n8k16<T>(c[mt][2 * np + 1], a[mt], {b[2], b[3]});
       }
     }
+    after_k_step(kk);
   }
 }
 
