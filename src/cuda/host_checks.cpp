@@ -27,7 +27,8 @@ bool current_device(Device* device) {
   if (cudaGetDevice(&d.index) != cudaSuccess ||
       cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, d.index) != cudaSuccess ||
       cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, d.index) != cudaSuccess ||
-      cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d.index) != cudaSuccess) {
+      cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d.index) != cudaSuccess ||
+      cudaDeviceGetAttribute(&d.multiprocessors, cudaDevAttrMultiProcessorCount, d.index) != cudaSuccess) {
     cudaGetLastError();
     return false;
   }

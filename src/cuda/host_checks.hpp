@@ -37,6 +37,7 @@ struct Device {
   int index = 0;
   int major = 0, minor = 0;
   int smem_optin = 0;  // dynamic shared memory one block may opt in to, bytes
+  int multiprocessors = 0;
 };
 
 // The current device; false (and the CUDA error cleared) when there is none usable.

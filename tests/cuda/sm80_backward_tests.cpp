@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <sstream>
 #include <string>
@@ -45,6 +46,15 @@ using fa_cuda_test::ScoreModInputs;
 using fa_cuda_test::to_storage;
 
 constexpr double kRatio = 3.0;
+
+// An environment variable set for one scope (the backward's test knobs).
+struct ScopedEnv {
+  const char* name;
+  ScopedEnv(const char* n, const char* value) : name(n) { setenv(n, value, 1); }
+  ~ScopedEnv() { unsetenv(name); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+};
 constexpr double kFloor = 2e-3;  // relative to max(1, largest exact gradient)
 
 struct Case {
@@ -465,6 +475,50 @@ TEST(Sm80BackwardSmall, SizesNotTileMultiples) {
       }
 }
 
+// The tail split (backward_params.hpp's tail_split), forced: off (every block whole), on for
+// every block with 3 pieces and with 16 (more pieces than steps: some pieces run none and only add
+// zeros), and from the third block on (whole blocks beside split ones), over odd sizes, GQA and the
+// score-modifier variant (d = 256 has no split: its policy's tail_split is off).
+TEST(Sm80BackwardSmall, TailSplitForced) {
+  for (const char* pieces : {"1", "3", "16", "2,2"}) {
+    const ScopedEnv forced("FLASHATTN_SM80_BACKWARD_PIECES", pieces);
+    for (int64_t d : {64, 128, 256})
+      for (auto [sq, sk] : {std::pair<int64_t, int64_t>{203, 113}, {1, 203}, {300, 77}}) {
+        Case c = make(DType::kBFloat16, sq, sk, d);
+        c.batch = 2;
+        c.hq = 4;
+        c.hkv = 2;
+        SCOPED_TRACE(c.name() + " pieces " + pieces);
+        check_case(c);
+        c.softcap = 5.0f;
+        c.alibi = 1;
+        SCOPED_TRACE(c.name() + " pieces " + pieces);
+        check_case(c);
+      }
+  }
+}
+
+// The tail split as the rule chooses it on this device: more blocks than multiprocessors, a
+// partial last wave, enough steps per block (d = 64: 9 key blocks of 128 per head, 24 query tiles
+// of 128), so that the blocks run in pieces (the workspace grows by their accumulators).
+TEST(Sm80Backward, TailSplitByRule) {
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  Case c = make(DType::kBFloat16, 24 * 128 - 5, 9 * 128 - 3, 64);
+  c.hq = c.hkv = sms / 9 + 2;  // 9 hq blocks: one wave and a partial one
+  Problem pb(c);
+  size_t split = 0, whole = 0;
+  ASSERT_TRUE(flashattn::backward_workspace_size(pb.params(false), {}, &split).ok());
+  {
+    const ScopedEnv no_split("FLASHATTN_SM80_BACKWARD_PIECES", "1");
+    ASSERT_TRUE(flashattn::backward_workspace_size(pb.params(false), {}, &whole).ok());
+  }
+  EXPECT_GT(split, whole) << "the rule did not split " << 9 * c.hq << " blocks on " << sms << " SMs";
+  SCOPED_TRACE(c.name());
+  check_case(c);
+}
+
 TEST(Sm80Backward, Long) {
   for (int64_t d : {64, 128, 256}) {
     Case c = make(DType::kBFloat16, 1023, 1023, d);
@@ -655,6 +709,7 @@ TEST(Sm80BackwardSmall, DeterministicRunsAreBitIdentical) {
 // dim 80 runs on the 96 instantiation), in C++ and through the C ABI, whose v1 callers (no
 // deterministic field) get the default mode whatever lies past their struct.
 TEST(Sm80BackwardSmall, DeterministicWorkspace) {
+  const ScopedEnv whole_blocks("FLASHATTN_SM80_BACKWARD_PIECES", "1");  // no tail-split arrays
   Case c = make(DType::kBFloat16, 113, 203, 80);
   c.batch = 3;
   c.hq = 4;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -50,6 +52,49 @@ int accum_width(const BackwardParams& p) {
   return inst != nullptr ? inst->head_dim : static_cast<int>(resolve_dims(p).head_dim);
 }
 
+// The main kernel's blocks and which of them run split (tail_split): only where every block
+// costs the same (no band, no varlen, hence no score modifier that skips tiles) and in the
+// non-deterministic mode (the pieces add dK and dV with atomics). FLASHATTN_SM80_BACKWARD_PIECES=k
+// or k,first splits the blocks from `first` (0 if not given) into k pieces instead, or none for
+// k = 1 (tests and measurements).
+struct BlockPlan {
+  int key_blocks;
+  int64_t blocks, split_begin;
+  int pieces;
+  int64_t split_floats;  // dkv_accum
+};
+
+BlockPlan block_plan(const BackwardParams& p, const Dims& d, bool score_mods) {
+  const BackwardInstance* inst = pick_instance(p);
+  BlockPlan plan{0, 0, 0, 1, 0};
+  if (inst == nullptr) return plan;
+  const sm80::BackwardTiles tiles = sm80::backward_tiles(inst->head_dim, inst->head_dim_v, score_mods);
+  plan.key_blocks = static_cast<int>((d.seqlen_k + tiles.block_n - 1) / tiles.block_n);
+  plan.blocks = int64_t{plan.key_blocks} * (d.heads_q / d.group) * d.batch;
+  plan.split_begin = plan.blocks;
+  const cuda_host::KernelBand band = cuda_host::kernel_band(p, d);
+  if (!tiles.tail_split || p.deterministic || d.varlen || band.window_left >= 0 || band.window_right >= 0 ||
+      p.maybe_mask.data != nullptr)
+    return plan;
+  if (const char* forced = std::getenv("FLASHATTN_SM80_BACKWARD_PIECES"); forced != nullptr) {
+    plan.pieces = std::clamp(std::atoi(forced), 1, 64);
+    const char* first = std::strchr(forced, ',');
+    plan.split_begin = plan.pieces == 1 ? plan.blocks
+                                        : std::clamp<int64_t>(first != nullptr ? std::atoll(first + 1) : 0, 0, plan.blocks);
+  } else {
+    cuda_host::Device device;
+    if (!cuda_host::current_device(&device)) return plan;
+    const int64_t steps = d.group * ((d.seqlen_q + tiles.block_m - 1) / tiles.block_m);
+    const sm80::TailSplit split =
+        sm80::tail_split(plan.blocks, int64_t{device.multiprocessors} * tiles.min_blocks, steps);
+    plan.split_begin = split.begin;
+    plan.pieces = split.pieces;
+  }
+  if (plan.pieces > 1)
+    plan.split_floats = (plan.blocks - plan.split_begin) * tiles.block_n * (inst->head_dim + inst->head_dim_v);
+  return plan;
+}
+
 BackwardKernelParams kernel_params(const BackwardParams& p, void* workspace) {
   const Dims d = resolve_dims(p);
   BackwardKernelParams k{};
@@ -82,6 +127,15 @@ BackwardKernelParams kernel_params(const BackwardParams& p, void* workspace) {
   }
 
   sm80::fill_shape_band_and_mods(k, p, d);
+  const BlockPlan plan = block_plan(p, d, k.has_score_mods());
+  k.key_blocks = plan.key_blocks;
+  k.split_begin = static_cast<int>(plan.split_begin);
+  k.split_pieces = plan.pieces;
+  if (workspace != nullptr && plan.pieces > 1) {  // after lse_log2 (backward_workspace_bytes)
+    float* const arrays = k.dq_accum;  // split only in the non-deterministic mode: the start
+    k.dkv_accum = arrays + sm80::split_arrays_offset(k.lse_log2 + d.batch * d.heads_q * d.seqlen_q - arrays);
+    k.dkv_arrivals = reinterpret_cast<int*>(k.dkv_accum + plan.split_floats);
+  }
   return k;
 }
 
@@ -128,8 +182,10 @@ Status cuda_sm80_backward_supported(const BackwardParams& p) {
 
 size_t cuda_sm80_backward_workspace(const BackwardParams& p) {
   const Dims d = resolve_dims(p);
-  return static_cast<size_t>(
-      sm80::backward_workspace_bytes(d.batch, d.heads_q, d.seqlen_q, accum_width(p), p.deterministic));
+  const BlockPlan plan = block_plan(p, d, kernel_params(p, nullptr).has_score_mods());
+  return static_cast<size_t>(sm80::backward_workspace_bytes(
+      d.batch, d.heads_q, d.seqlen_q, accum_width(p), p.deterministic,
+      plan.pieces > 1 ? plan.blocks - plan.split_begin : 0, plan.split_floats));
 }
 
 Status cuda_sm80_backward(const BackwardParams& p, void* workspace, void* stream) {

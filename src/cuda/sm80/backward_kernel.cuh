@@ -28,7 +28,9 @@
 // shared memory for dV).
 //
 // dK is scaled once in the epilogue. The dQ atomics make dQ depend on the order in which blocks add,
-// in the last bits (dK and dV do not: each is owned by one block and accumulated in a fixed order).
+// in the last bits (dK and dV do not: each is owned by one block and accumulated in a fixed order,
+// except in the blocks of a split tail wave, whose pieces add theirs: backward_params.hpp's
+// tail_split, gather_pieces below; the deterministic mode never splits).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -42,6 +44,7 @@
 #include "cuda/primitives/ldmatrix.cuh"
 #include "cuda/primitives/math.cuh"
 #include "cuda/primitives/mma.cuh"
+#include "cuda/primitives/reduce.cuh"
 #include "cuda/primitives/smem_tile.cuh"
 #include "cuda/sm80/backward_dq_accum.cuh"
 #include "cuda/sm80/backward_params.hpp"
@@ -146,6 +149,76 @@ __device__ __forceinline__ QueryTiles visible_query_tiles(const Band& band, int 
   return {begin, lo - begin};
 }
 
+// Which block this is, on the 1-D grid of backward_params.hpp (policies with tail_split; else on
+// the 3-D grid): (b, kv head, key block) and, for a split block, which piece of it.
+struct BlockCoords {
+  int block, n_block, h_kv, b, piece;
+  bool split;
+};
+template <bool kTailSplit>
+__device__ __forceinline__ BlockCoords block_coords(const BackwardKernelParams& p) {
+  if constexpr (!kTailSplit) {  // the grid is (key blocks, kv heads, batch)
+    return {0, static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z), 0, false};
+  }
+  BlockCoords c{static_cast<int>(blockIdx.x), 0, 0, 0, 0, static_cast<int>(blockIdx.x) >= p.split_begin};
+  if (c.split) {
+    c.block = p.split_begin + (c.block - p.split_begin) / p.split_pieces;
+    c.piece = (blockIdx.x - p.split_begin) % p.split_pieces;
+  }
+  const int bh = c.block / p.key_blocks, heads_kv = p.heads_q / p.group;
+  c.n_block = c.block - bh * p.key_blocks;
+  c.b = bh / heads_kv;
+  c.h_kv = bh - c.b * heads_kv;
+  return c;
+}
+
+// A thread's accumulators c added into (kAdd) or read back from (L2, bypassing L1) fp32 memory in
+// fragment order: fragment (mt, nt) of thread tid at (mt kNTiles + nt) · 4 · kThreads + 4 tid, so a
+// warp's 16-byte accesses cover 512 consecutive bytes.
+template <bool kAdd, int kThreads, int kMTiles, int kNTiles>
+__device__ __forceinline__ void fragments_in_memory(float* base, cuda::FragC (&c)[kMTiles][kNTiles], int tid) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+      float* at = base + (mt * kNTiles + nt) * 4 * kThreads + 4 * tid;
+      float* x = c[mt][nt].x;
+      if constexpr (kAdd) {
+        cuda::red_add_f32x4(at, make_float4(x[0], x[1], x[2], x[3]));
+      } else {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(at));
+        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+      }
+    }
+}
+
+// The end of one piece of a split block (tail_split): its dK (already scaled) and dV fragments are
+// added into the block's fp32 accumulator (backward_params.hpp), and the piece counts itself in. The
+// last piece to arrive reads the sums back into dk and dv and returns true (it writes dK and dV);
+// the others return false. The fences order each piece's adds before its count, and the count
+// before the last piece's reads.
+template <int kThreads, class DkGrid, class DvGrid>
+__device__ __forceinline__ bool gather_pieces(const BackwardKernelParams& p, int split_block,
+                                              cuda::FragC (&dk)[DkGrid::kMTiles][DkGrid::kNTiles],
+                                              cuda::FragC (&dv)[DvGrid::kMTiles][DvGrid::kNTiles], int tid) {
+  constexpr int kDkFloats = DkGrid::kMTiles * DkGrid::kNTiles * 4 * kThreads;  // Bc x head dim
+  constexpr int kDvFloats = DvGrid::kMTiles * DvGrid::kNTiles * 4 * kThreads;
+  float* const dk_sum = p.dkv_accum + int64_t{split_block} * (kDkFloats + kDvFloats);
+  float* const dv_sum = dk_sum + kDkFloats;
+  fragments_in_memory<true, kThreads>(dk_sum, dk, tid);
+  fragments_in_memory<true, kThreads>(dv_sum, dv, tid);
+  __threadfence();
+  __shared__ int last;
+  __syncthreads();
+  if (tid == 0) last = atomicAdd(p.dkv_arrivals + split_block, 1) == p.split_pieces - 1;
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();
+  fragments_in_memory<false, kThreads>(dk_sum, dk, tid);
+  fragments_in_memory<false, kThreads>(dv_sum, dv, tid);
+  return true;
+}
+
 template <int kHeadDim, int kHeadDimV, class T, bool kScoreMods>
 __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles.threads(),
                                   BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles.min_blocks)
@@ -184,7 +257,8 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
   const auto lse_smem = [=](int stage) { return rows_smem + stage * 2 * kBlockM; };  // [Br]
   const auto delta_smem = [=](int stage) { return lse_smem(stage) + kBlockM; };     // [Br]
 
-  const int n_block = blockIdx.x, h_kv = blockIdx.y, b = blockIdx.z;
+  const BlockCoords coords = block_coords<kTiles.tail_split>(p);
+  const int n_block = coords.n_block, h_kv = coords.h_kv, b = coords.b;
   const BackwardSequence seq = backward_sequence(p, b);
   const int j0 = n_block * kBlockN;
   if (j0 >= seq.sk) return;  // varlen: this sequence is shorter than the longest
@@ -199,14 +273,23 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
   const DvGrid dvg(warp);
   const DqGrid dqg(warp);
 
-  // Steps: the visible query tiles of head h_kv·group, then of the next head of the group, ...
+  // Steps: the visible query tiles of head h_kv·group, then of the next head of the group, ...;
+  // a piece of a split block runs its share of them, from `start`.
   const QueryTiles tiles = visible_query_tiles<kBlockM>(band, seq.sq, j0, j1);
-  const int steps = p.group * tiles.count;
+  int steps = p.group * tiles.count;
   struct Step {
     int h, i0, i1;
   };
   const auto make_step = [&](int h, int i0) { return Step{h, i0, min(i0 + kBlockM, seq.sq)}; };
-  const Step first = make_step(h_kv * p.group, tiles.begin * kBlockM);
+  const Step first = make_step(h_kv * p.group, tiles.begin * kBlockM);  // of the block
+  Step start = first;                                                   // of this piece
+  if constexpr (kTiles.tail_split) {
+    if (coords.split) {
+      const int s0 = coords.piece * steps / p.split_pieces;
+      steps = (coords.piece + 1) * steps / p.split_pieces - s0;
+      start = make_step(h_kv * p.group + s0 / tiles.count, (tiles.begin + s0 % tiles.count) * kBlockM);
+    }
+  }
   // The step after st: the next visible tile of its head, or the first of the next head (counted
   // on, not divided out of the step index: fewer registers across the loop).
   const auto next_step = [&](const Step& st) {
@@ -243,7 +326,7 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
   KLoad::issue(k_addr, k, p.k_row_stride, j1 - j0, p.head_dim, tid);
   VLoad::issue(v_addr, v, p.v_row_stride, j1 - j0, p.head_dim_v, tid);
   cuda::cp_async_commit();
-  if (steps > 0) issue_step(0, first);
+  if (steps > 0) issue_step(0, start);
 
   cuda::FragC dk[DkGrid::kMTiles][DkGrid::kNTiles], dv[DvGrid::kMTiles][DvGrid::kNTiles];
   zero_fragments(dk);
@@ -329,7 +412,7 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
                                                                                 dst_addr, k_addr, dqg, tid);
   };
   static_assert(kStages == 2);
-  Step st = first;
+  Step st = start;
   for (int s = 0; s < steps; s += 2) {
     run_step(std::integral_constant<int, 0>{}, s, st);
     st = next_step(st);
@@ -347,17 +430,27 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
     for (int nt = 0; nt < DkGrid::kNTiles; ++nt)
 #pragma unroll
       for (int x = 0; x < 4; ++x) dk[mt][nt].x[x] *= p.scale;
+  // A piece of a split block: its coordinates worked out again rather than kept across the loop
+  // (registers); only the last piece goes on.
+  int b_out = b, h_kv_out = h_kv;
+  if constexpr (kTiles.tail_split) {
+    const BlockCoords again = block_coords<true>(p);
+    if (again.split && !gather_pieces<kThreads, DkGrid, DvGrid>(p, again.block - p.split_begin, dk, dv, tid)) return;
+    b_out = again.b, h_kv_out = again.h_kv;
+  }
   store_fragments<T, DkGrid, KTile, false>(smem, dk, dkg, lane);
   store_fragments<T, DvGrid, VTile, false>(smem + KTile::kBytes, dv, dvg, lane);
   __syncthreads();
 
   // The sequence's first key row read again (cu_seqlens_k) rather than kept in registers across
   // the loop, which spills in the d = 256 variants on sm_90a.
-  const int k_row0 = backward_sequence(p, b).k_row0;
+  const int k_row0 = backward_sequence(p, b_out).k_row0;
   T* dk_out = static_cast<T*>(p.dk) +
-              row_offset(varlen, b, k_row0, j0, h_kv, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
+              row_offset(varlen, b_out, k_row0, j0, h_kv_out, p.dk_batch_stride, p.dk_row_stride,
+                         p.dk_head_stride);
   T* dv_out = static_cast<T*>(p.dv) +
-              row_offset(varlen, b, k_row0, j0, h_kv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
+              row_offset(varlen, b_out, k_row0, j0, h_kv_out, p.dv_batch_stride, p.dv_row_stride,
+                         p.dv_head_stride);
   if constexpr (kHeadDim == kHeadDimV) {
     // One loop over dK and dV (two copy_out_rows calls here spill 4 bytes in the d = 192 mods variant).
     constexpr int kChunksPerRow = kHeadDim / 8;
@@ -377,8 +470,9 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
   }
 }
 
-// Launches the main kernel only (grid: key blocks, kv heads, batch); the row kernels around it are
-// the caller's (backward_launch.cuh).
+// Launches the main kernel only (a 1-D grid of blocks and pieces, BackwardKernelParams; without
+// tail_split in the policy, key blocks x kv heads x batch) after zeroing the split blocks'
+// accumulators; the row kernels around it are the caller's (backward_launch.cuh).
 template <int kHeadDim, int kHeadDimV, class T, bool kScoreMods>
 cudaError_t launch_backward_main(const BackwardKernelParams& p, cudaStream_t stream) {
   constexpr BackwardTiles kTiles = BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles;
@@ -388,8 +482,18 @@ cudaError_t launch_backward_main(const BackwardKernelParams& p, cudaStream_t str
   if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       e != cudaSuccess)
     return e;
-  const dim3 grid((p.seqlen_k + kTiles.block_n - 1) / kTiles.block_n, p.heads_q / p.group, p.batch);
-  kernel<<<grid, kTiles.threads(), kSmem, stream>>>(p);
+  if (p.split_pieces > 1) {  // the split blocks' dK / dV accumulators and arrival counts, contiguous
+    const int64_t split_blocks = int64_t{p.key_blocks} * (p.heads_q / p.group) * p.batch - p.split_begin;
+    const size_t bytes = split_blocks * (int64_t{kTiles.block_n} * (kHeadDim + kHeadDimV) + 1) * 4;
+    if (cudaError_t e = cudaMemsetAsync(p.dkv_accum, 0, bytes, stream); e != cudaSuccess) return e;
+  }
+  if constexpr (kTiles.tail_split) {
+    const int64_t blocks = int64_t{p.key_blocks} * (p.heads_q / p.group) * p.batch;
+    const int64_t grid = p.split_begin + (blocks - p.split_begin) * p.split_pieces;
+    kernel<<<static_cast<unsigned>(grid), kTiles.threads(), kSmem, stream>>>(p);
+  } else {
+    kernel<<<dim3(p.key_blocks, p.heads_q / p.group, p.batch), kTiles.threads(), kSmem, stream>>>(p);
+  }
   return cudaGetLastError();
 }
 

@@ -43,6 +43,7 @@ struct BackwardKernelParams {
   int64_t dq_accum_rows;  // rows per (b, h): seqlen_q rounded up to kDqAccumRowMultiple
   int dq_accum_width;     // floats per row: the instantiation's head dim (columns past head_dim unused)
 
+
   int batch;
   int seqlen_q, seqlen_k;  // varlen: upper bounds (they size the grid and the workspace)
   int heads_q, group;      // group = heads_q / heads_kv
@@ -68,6 +69,19 @@ struct BackwardKernelParams {
   const uint8_t* maybe_mask;  // [batch, heads_q, seqlen_q, seqlen_k], nonzero = attend; null: off
   int64_t mask_batch_stride, mask_head_stride, mask_row_stride;
 
+  // The main kernel's blocks: one per (b, kv head, key block of Bc), numbered
+  // (b heads_kv + h_kv) key_blocks + n_block on a 1-D grid. Blocks [split_begin, blocks) (the last
+  // full wave and the partial one after it, see tail_split) run as split_pieces pieces each, a piece
+  // taking an equal share of the block's steps; the pieces add their dK and dV into dkv_accum
+  // (fp32, in the order of the dK / dV fragments, Bc · (d + dv) floats per split block, both the
+  // instantiation's widths) and count themselves in dkv_arrivals, and the last to arrive writes dK
+  // and dV. Both arrays are zeroed before the main kernel; null when split_pieces is 1.
+  int key_blocks;
+  int split_begin;
+  int split_pieces;
+  float* dkv_accum;
+  int* dkv_arrivals;
+
   bool has_score_mods() const {
     return softcap != 0.0f || maybe_alibi_slopes != nullptr || maybe_bias != nullptr || maybe_mask != nullptr;
   }
@@ -80,15 +94,52 @@ constexpr int64_t dq_accum_rows(int64_t seqlen_q) {
   return (seqlen_q + kDqAccumRowMultiple - 1) / kDqAccumRowMultiple * kDqAccumRowMultiple;
 }
 
+// Splitting the tail wave. When the main kernel's blocks all cost the same (no band, no varlen),
+// `blocks` of them on `slots` resident places run in ceil(blocks / slots) waves, and the last wave
+// is partly idle: 4096 blocks on 132 SMs take 32 block-times for 31.03 of work. The blocks of the
+// last full wave and of the partial one (m = slots + blocks % slots) can instead run as k pieces
+// each, of steps / k steps and about kPieceOverheadSteps more (K and V loaded again; dK and dV
+// added into the workspace): ceil(m k / slots) waves of pieces. tail_split picks the k of 1..8
+// with the least time, counted in steps, and returns the first split block (blocks when k = 1).
+constexpr int kPieceOverheadSteps = 3;
+constexpr int kMaxPieces = 8;
+struct TailSplit {
+  int64_t begin;
+  int pieces;
+};
+constexpr TailSplit tail_split(int64_t blocks, int64_t slots, int64_t steps_per_block) {
+  if (blocks <= 0 || slots <= 0 || blocks % slots == 0) return {blocks, 1};
+  const int64_t m = blocks < slots ? blocks : slots + blocks % slots;
+  int64_t best_time = (m + slots - 1) / slots * steps_per_block;
+  int best = 1;
+  for (int k = 2; k <= kMaxPieces && k <= steps_per_block; ++k) {
+    const int64_t time = (m * k + slots - 1) / slots * ((steps_per_block + k - 1) / k + kPieceOverheadSteps);
+    if (time < best_time) best_time = time, best = k;
+  }
+  return {best == 1 ? blocks : blocks - m, best};
+}
+// 4096 blocks of 128 steps on 132 SMs (d = 64, n = 16k): the last 136 blocks in 8 pieces, 9 waves
+// of 19 steps against 2 of 128; with 16 steps a block (n = 2k) pieces cost more than they save.
+static_assert(tail_split(4096, 132, 128).begin == 4096 - 136 && tail_split(4096, 132, 128).pieces == 8);
+static_assert(tail_split(135, 132, 20).begin == 0 && tail_split(135, 132, 20).pieces == 2);
+static_assert(tail_split(4096, 132, 16).pieces == 1 && tail_split(4224, 132, 128).pieces == 1 &&
+              tail_split(100, 132, 1).pieces == 1);
+
 // Workspace bytes for the arrays above, plus slack to align the start. The order: dq_accum (when
-// there is one; accum_width floats per row), delta, lse_log2.
+// there is one; accum_width floats per row), delta, lse_log2, then (split blocks only, 16-byte
+// aligned) dkv_accum of split_floats and dkv_arrivals of split_blocks.
 constexpr int64_t kWorkspaceAlignment = 256;
 
+constexpr int64_t split_arrays_offset(int64_t floats_before) { return (floats_before + 3) / 4 * 4; }
+
 inline int64_t backward_workspace_bytes(int64_t batch, int64_t heads_q, int64_t seqlen_q, int64_t accum_width,
-                                        bool deterministic) {
+                                        bool deterministic, int64_t split_blocks = 0, int64_t split_floats = 0) {
   const int64_t rows = batch * heads_q * seqlen_q;
   const int64_t accum = deterministic ? 0 : batch * heads_q * dq_accum_rows(seqlen_q) * accum_width;
-  return kWorkspaceAlignment + (accum + 2 * rows) * 4;
+  const int64_t split = split_blocks > 0 ? split_arrays_offset(accum + 2 * rows) - (accum + 2 * rows) +
+                                               split_floats + split_blocks
+                                         : 0;
+  return kWorkspaceAlignment + (accum + 2 * rows + split) * 4;
 }
 
 }  // namespace flashattn::detail::sm80

@@ -32,6 +32,9 @@ struct BackwardTiles {
   bool matrix_stores = true;  // P^T and dS^T stored with stmatrix on sm_90 (a quarter of the store
                               // instructions); 32-bit stores where that spills
   bool exp_under_dp = false;  // P^T's exponentials issued inside the dP^T GEMM (plain variant only)
+  // The 1-D grid whose last blocks may run split (backward_params.hpp's tail_split); false: a grid
+  // of (key blocks, kv heads, batch), never split, where the block's coordinates cost no registers.
+  bool tail_split = true;
 
   static constexpr int kStages = 2;  // Q, dO, lse·log2e and D buffers
   static constexpr int padded(int dim) { return (dim + 63) / 64 * 64; }
@@ -54,23 +57,26 @@ struct BackwardTiles {
 // +3-4% at d = 256, +0-1% at d = 128 and nothing at d = 64, where it spills 8 bytes: d = 64 keeps
 // 32-bit stores (docs/perf.md, backward v5). The exponentials under the dP^T GEMM (exp_under_dp,
 // backward v6): on at d = 96 and 128, where ptxas interleaves them with its mma; at d = 64 it
-// leaves them after the GEMM and spills, at d = 256 (Bc = 64) it measured -1%.
+// leaves them after the GEMM and spills, at d = 256 (Bc = 64) it measured -1%. The tail split:
+// off at d = 256, whose main loop spills with the 1-D grid's block coordinates.
 // Different V head dims: (192, 128) takes the d = 192 shape (its dV is smaller); (64, 128) takes
 // the d = 128 shape, with dQ's warp grid along the queries (its 64 columns are too few for four
 // 16-column slabs).
 constexpr BackwardTiles backward_tiles_plain(int head_dim, int head_dim_v) {
   if (head_dim == head_dim_v) {
     switch (head_dim) {
-      //                 d   dv  Br   Bc warps  grids: S^T dK,dV dQ  dQ slabs/pass  tiles: S^T  dK,dV  dQ   smem
-      case 64: return {64, 64, 128, 128, 8, 4, 4, 4, 2, 1, false};  //                32x64 32x32 32x32  162 KB
-      case 96: return {96, 96, 64, 128, 8, 4, 4, 4, 3, 1, true, true};       //                      32x32 32x48 16x48  161 KB
-      case 128: return {128, 128, 64, 128, 8, 4, 4, 2, 2, 1, true, true};    //                      32x32 32x64 32x32  161 KB
-      case 192: return {192, 192, 64, 64, 8, 2, 2, 2, 3};     //                      32x16 32x48 32x48  161 KB
-      case 256: return {256, 256, 64, 64, 8, 2, 2, 2, 4};     //                      32x16 32x64 32x64  209 KB
+      // d, dv, Br, Bc, warps; grids: S^T, dK/dV, dQ; dQ slabs per pass; blocks/SM, stmatrix, exp under dP
+      //                                                                        tiles: S^T  dK,dV  dQ   smem
+      case 64: return {64, 64, 128, 128, 8, 4, 4, 4, 2, 1, false};            //       32x64 32x32 32x32  162 KB
+      case 96: return {96, 96, 64, 128, 8, 4, 4, 4, 3, 1, true, true};        //       32x32 32x48 16x48  161 KB
+      case 128: return {128, 128, 64, 128, 8, 4, 4, 2, 2, 1, true, true};     //       32x32 32x64 32x32  161 KB
+      case 192: return {192, 192, 64, 64, 8, 2, 2, 2, 3, 1, true, false, true};  //   32x16 32x48 32x48  161 KB
+      case 256: return {256, 256, 64, 64, 8, 2, 2, 2, 4, 1, true, false, false};  //   32x16 32x64 32x64  209 KB
       default: break;
     }
   }
-  if (head_dim == 192 && head_dim_v == 128) return {192, 128, 64, 64, 8, 2, 2, 2, 3};  // 32x16 32x48/32 32x48 137 KB
+  if (head_dim == 192 && head_dim_v == 128)
+    return {192, 128, 64, 64, 8, 2, 2, 2, 3, 1, true, false, true};  // 32x16 32x48/32 32x48 137 KB
   if (head_dim == 64 && head_dim_v == 128) return {64, 128, 64, 128, 8, 4, 4, 4, 2};   // 32x32 32x32/64 16x32 129 KB
   return {0, 0, 0, 0, 0, 0, 0, 0, 0};
 }
@@ -88,7 +94,7 @@ constexpr BackwardTiles backward_tiles(int head_dim, int head_dim_v, bool score_
     if (head_dim == 96 && head_dim_v == 96) return {96, 96, 64, 64, 8, 4, 4, 4, 3};
     if (head_dim == 128 && head_dim_v == 128) return {128, 128, 64, 64, 8, 4, 4, 2, 2};
     if (head_dim == 64 && head_dim_v == 128) return {64, 128, 64, 64, 8, 4, 4, 4, 2};
-    if (head_dim == 256 && head_dim_v == 256) return {256, 256, 64, 64, 8, 2, 2, 2, 4, 1, false};
+    if (head_dim == 256 && head_dim_v == 256) return {256, 256, 64, 64, 8, 2, 2, 2, 4, 1, false, false, false};
   }
   return backward_tiles_plain(head_dim, head_dim_v);
 }
