@@ -219,11 +219,14 @@ __device__ __forceinline__ bool gather_pieces(const BackwardKernelParams& p, int
   return true;
 }
 
-template <int kHeadDim, int kHeadDimV, class T, bool kScoreMods>
+// kSplitGrid: the 1-D grid whose last blocks may run as pieces (tail_split); else the grid is
+// (key blocks, kv heads, batch), whose coordinates cost no registers (blockIdx.y, z).
+template <int kHeadDim, int kHeadDimV, class T, bool kScoreMods, bool kSplitGrid>
 __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles.threads(),
                                   BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles.min_blocks)
     backward_kernel(const BackwardKernelParams p) {
   constexpr BackwardTiles kTiles = BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles;
+  static_assert(!kSplitGrid || kTiles.tail_split);
   constexpr int kBlockM = kTiles.block_m, kBlockN = kTiles.block_n, kThreads = kTiles.threads();
   constexpr int kWarps = kTiles.warps, kStages = BackwardTiles::kStages;
   using KTile = cuda::SwizzledTile<kBlockN, kHeadDim>;    // K; dK in the epilogue
@@ -257,7 +260,7 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
   const auto lse_smem = [=](int stage) { return rows_smem + stage * 2 * kBlockM; };  // [Br]
   const auto delta_smem = [=](int stage) { return lse_smem(stage) + kBlockM; };     // [Br]
 
-  const BlockCoords coords = block_coords<kTiles.tail_split>(p);
+  const BlockCoords coords = block_coords<kSplitGrid>(p);
   const int n_block = coords.n_block, h_kv = coords.h_kv, b = coords.b;
   const BackwardSequence seq = backward_sequence(p, b);
   const int j0 = n_block * kBlockN;
@@ -283,7 +286,7 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
   const auto make_step = [&](int h, int i0) { return Step{h, i0, min(i0 + kBlockM, seq.sq)}; };
   const Step first = make_step(h_kv * p.group, tiles.begin * kBlockM);  // of the block
   Step start = first;                                                   // of this piece
-  if constexpr (kTiles.tail_split) {
+  if constexpr (kSplitGrid) {
     if (coords.split) {
       const int s0 = coords.piece * steps / p.split_pieces;
       steps = (coords.piece + 1) * steps / p.split_pieces - s0;
@@ -433,7 +436,7 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
   // A piece of a split block: its coordinates worked out again rather than kept across the loop
   // (registers); only the last piece goes on.
   int b_out = b, h_kv_out = h_kv;
-  if constexpr (kTiles.tail_split) {
+  if constexpr (kSplitGrid) {
     const BlockCoords again = block_coords<true>(p);
     if (again.split && !gather_pieces<kThreads, DkGrid, DvGrid>(p, again.block - p.split_begin, dk, dv, tid)) return;
     b_out = again.b, h_kv_out = again.h_kv;
@@ -470,31 +473,43 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
   }
 }
 
-// Launches the main kernel only (a 1-D grid of blocks and pieces, BackwardKernelParams; without
-// tail_split in the policy, key blocks x kv heads x batch) after zeroing the split blocks'
-// accumulators; the row kernels around it are the caller's (backward_launch.cuh).
-template <int kHeadDim, int kHeadDimV, class T, bool kScoreMods>
-cudaError_t launch_backward_main(const BackwardKernelParams& p, cudaStream_t stream) {
+// Launches the main kernel only, after zeroing the split blocks' accumulators: on the 1-D grid of
+// blocks and pieces (BackwardKernelParams) when some block is split, or always in the
+// score-modifier variant of a policy with tail_split (one kernel there); else on the grid of key
+// blocks x kv heads x batch. The row kernels around it are the caller's (backward_launch.cuh).
+template <int kHeadDim, int kHeadDimV, class T, bool kScoreMods, bool kSplitGrid>
+cudaError_t launch_backward_grid(const BackwardKernelParams& p, cudaStream_t stream) {
   constexpr BackwardTiles kTiles = BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles;
-  if (p.seqlen_k <= 0 || p.batch <= 0 || p.heads_q <= 0) return cudaSuccess;
-  const auto kernel = backward_kernel<kHeadDim, kHeadDimV, T, kScoreMods>;
+  const auto kernel = backward_kernel<kHeadDim, kHeadDimV, T, kScoreMods, kSplitGrid>;
   constexpr int kSmem = kTiles.smem_bytes();
   if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       e != cudaSuccess)
     return e;
-  if (p.split_pieces > 1) {  // the split blocks' dK / dV accumulators and arrival counts, contiguous
-    const int64_t split_blocks = int64_t{p.key_blocks} * (p.heads_q / p.group) * p.batch - p.split_begin;
-    const size_t bytes = split_blocks * (int64_t{kTiles.block_n} * (kHeadDim + kHeadDimV) + 1) * 4;
-    if (cudaError_t e = cudaMemsetAsync(p.dkv_accum, 0, bytes, stream); e != cudaSuccess) return e;
-  }
-  if constexpr (kTiles.tail_split) {
-    const int64_t blocks = int64_t{p.key_blocks} * (p.heads_q / p.group) * p.batch;
+  const int64_t blocks = int64_t{p.key_blocks} * (p.heads_q / p.group) * p.batch;
+  if constexpr (kSplitGrid) {
     const int64_t grid = p.split_begin + (blocks - p.split_begin) * p.split_pieces;
     kernel<<<static_cast<unsigned>(grid), kTiles.threads(), kSmem, stream>>>(p);
   } else {
     kernel<<<dim3(p.key_blocks, p.heads_q / p.group, p.batch), kTiles.threads(), kSmem, stream>>>(p);
   }
   return cudaGetLastError();
+}
+
+template <int kHeadDim, int kHeadDimV, class T, bool kScoreMods>
+cudaError_t launch_backward_main(const BackwardKernelParams& p, cudaStream_t stream) {
+  constexpr BackwardTiles kTiles = BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles;
+  if (p.seqlen_k <= 0 || p.batch <= 0 || p.heads_q <= 0) return cudaSuccess;
+  if (p.split_pieces > 1) {  // the split blocks' dK / dV accumulators and arrival counts, contiguous
+    const int64_t split_blocks = int64_t{p.key_blocks} * (p.heads_q / p.group) * p.batch - p.split_begin;
+    const size_t bytes = split_blocks * (int64_t{kTiles.block_n} * (kHeadDim + kHeadDimV) + 1) * 4;
+    if (cudaError_t e = cudaMemsetAsync(p.dkv_accum, 0, bytes, stream); e != cudaSuccess) return e;
+  }
+  if constexpr (kTiles.tail_split && kScoreMods) {
+    return launch_backward_grid<kHeadDim, kHeadDimV, T, kScoreMods, true>(p, stream);
+  } else {
+    return p.split_pieces > 1 ? launch_backward_grid<kHeadDim, kHeadDimV, T, kScoreMods, kTiles.tail_split>(p, stream)
+                              : launch_backward_grid<kHeadDim, kHeadDimV, T, kScoreMods, false>(p, stream);
+  }
 }
 
 }  // namespace flashattn::detail::sm80
