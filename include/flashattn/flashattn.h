@@ -181,8 +181,9 @@ typedef struct fa_backward_params {
   fa_tensor dv; /* [batch, seqlen_k, heads_kv, head_dim_v] */
 
   /* Version 2. */
-  int32_t deterministic; /* nonzero: dq bit-identical across runs on GPU backends (default 0: the
-                            last bits of dq may vary); CPU backends are always deterministic */
+  int32_t deterministic; /* nonzero: gradients bit-identical across runs on GPU backends (default
+                            0: the last bits of dq, and of dk/dv where a split last wave adds
+                            them, may vary); CPU backends are always deterministic */
   int32_t reserved1;     /* padding, ignored */
 } fa_backward_params;
 

@@ -46,8 +46,9 @@ enum class Alignment : int32_t { kBottomRight = 0, kTopLeft = 1 };
 // standard (fp32, S and P materialised) backends are exact CPU baselines for tests and benchmarks.
 // kCudaSm80: FlashAttention-2-class tensor-core kernels for compute capability >= 8.0 (fp16/bf16;
 // forward and backward with every option: see README). Its backward accumulates dQ with
-// fp32 atomics by default, so dQ may differ in the last bits between runs (dK and dV do not);
-// BackwardParams::deterministic computes dQ without atomics, bit-identical from run to run.
+// fp32 atomics by default, and the key blocks of a split last wave add dK and dV the same way, so
+// these may differ in the last bits between runs; BackwardParams::deterministic computes dQ without
+// atomics and splits no block, bit-identical from run to run.
 // kCudaSm90: the Hopper forward (compute capability 9.0; TMA, wgmma, warp-specialised) for the
 // problems it takes (see README); kAuto picks it on sm_90 when it does, else kCudaSm80. It has no
 // backward: backward() with kCudaSm90 is refused, and kAuto's backward is kCudaSm80's.
@@ -166,8 +167,9 @@ struct BackwardParams : AttentionParams {
   Tensor dk;                       // [batch, seqlen_k, heads_kv, head_dim]
   Tensor dv;                       // [batch, seqlen_k, heads_kv, head_dim_v]
   // false allows run-to-run differences in the last bits of dq on GPU backends (kCudaSm80 sums dQ
-  // with fp32 atomics: fastest); true gives the same bits on every run (dQ in a kernel of its own,
-  // no atomics; a little slower, and less workspace). Either way the results are equally exact.
+  // with fp32 atomics, and dk/dv of the key blocks it splits to fill the last wave: fastest); true
+  // gives the same bits on every run (dQ in a kernel of its own, no atomics, no split; a little
+  // slower, and less workspace). Either way the results are equally exact.
   // CPU backends are always deterministic and ignore it.
   bool deterministic = false;
 };

@@ -21,7 +21,8 @@ Options (forward and backward take the same):
 A query row that sees no key gets 0 output and -inf LSE.
 
 Backward only (and torch autograd's backward, given to the forward):
-  deterministic     False: on the GPU, dq may differ in its last bits between runs (fp32 atomics, fastest);
+  deterministic     False: on the GPU, dq (and dk/dv of blocks split to fill the last wave) may differ
+                    in the last bits between runs (fp32 atomics, fastest);
                     True: bit-identical gradients on every run. The CPU is always deterministic.
 """
 

@@ -5,8 +5,9 @@ flash-attn: layout [batch, seqlen, heads, head_dim], bottom-right causal alignme
 shape [batch, heads, seqlen_q] ([heads, total_q] for varlen), ``return_attn_probs=True`` returning
 ``(out, softmax_lse, None)`` (flashattn never materialises the probabilities). There is no dropout:
 ``dropout_p`` must be 0. ``deterministic`` applies to the backward (torch autograd), as in flash-attn:
-False lets the GPU backward sum dQ with fp32 atomics, so dq may differ in its last bits between runs
-(dk and dv do not); True makes every gradient bit-identical from run to run. The CPU backends are
+False lets the GPU backward sum dQ with fp32 atomics (and dK/dV of the key blocks it splits to fill
+the last wave), so these may differ in their last bits between runs; True makes every gradient
+bit-identical from run to run. The CPU backends are
 always deterministic.
 
 SDPA: layout [batch, heads, seq, head_dim], top-left ``is_causal``, boolean ``attn_mask`` with True
