@@ -73,8 +73,9 @@ BlockPlan block_plan(const BackwardParams& p, const Dims& d, bool score_mods) {
   plan.blocks = int64_t{plan.key_blocks} * (d.heads_q / d.group) * d.batch;
   plan.split_begin = plan.blocks;
   const cuda_host::KernelBand band = cuda_host::kernel_band(p, d);
+  // (Past 2^30 blocks the pieces could overflow the 1-D grid: no split.)
   if (!tiles.tail_split || p.deterministic || d.varlen || band.window_left >= 0 || band.window_right >= 0 ||
-      p.maybe_mask.data != nullptr)
+      p.maybe_mask.data != nullptr || plan.blocks > (int64_t{1} << 30))
     return plan;
   if (const char* forced = std::getenv("FLASHATTN_SM80_BACKWARD_PIECES"); forced != nullptr) {
     plan.pieces = std::clamp(std::atoi(forced), 1, 64);

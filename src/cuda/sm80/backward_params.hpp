@@ -43,7 +43,6 @@ struct BackwardKernelParams {
   int64_t dq_accum_rows;  // rows per (b, h): seqlen_q rounded up to kDqAccumRowMultiple
   int dq_accum_width;     // floats per row: the instantiation's head dim (columns past head_dim unused)
 
-
   int batch;
   int seqlen_q, seqlen_k;  // varlen: upper bounds (they size the grid and the workspace)
   int heads_q, group;      // group = heads_q / heads_kv
@@ -70,9 +69,10 @@ struct BackwardKernelParams {
   int64_t mask_batch_stride, mask_head_stride, mask_row_stride;
 
   // The main kernel's blocks: one per (b, kv head, key block of Bc), numbered
-  // (b heads_kv + h_kv) key_blocks + n_block on a 1-D grid. Blocks [split_begin, blocks) (the last
-  // full wave and the partial one after it, see tail_split) run as split_pieces pieces each, a piece
-  // taking an equal share of the block's steps; the pieces add their dK and dV into dkv_accum
+  // (b heads_kv + h_kv) key_blocks + n_block (on a 1-D grid where some block is split, and in the
+  // score-modifier variant of a policy with tail_split; else on a grid of key blocks x kv heads x
+  // batch). Blocks [split_begin, blocks) (the last full wave and the partial one after it, see
+  // tail_split) run as split_pieces pieces each, a piece taking an equal share of the block's steps; the pieces add their dK and dV into dkv_accum
   // (fp32, in the order of the dK / dV fragments, Bc · (d + dv) floats per split block, both the
   // instantiation's widths) and count themselves in dkv_arrivals, and the last to arrive writes dK
   // and dV. Both arrays are zeroed before the main kernel; null when split_pieces is 1.
