@@ -80,8 +80,8 @@ BlockPlan block_plan(const BackwardParams& p, const Dims& d, bool score_mods) {
   if (const char* forced = std::getenv("FLASHATTN_SM80_BACKWARD_PIECES"); forced != nullptr) {
     plan.pieces = std::clamp(std::atoi(forced), 1, 64);
     const char* first = std::strchr(forced, ',');
-    plan.split_begin = plan.pieces == 1 ? plan.blocks
-                                        : std::clamp<int64_t>(first != nullptr ? std::atoll(first + 1) : 0, 0, plan.blocks);
+    const int64_t from = first != nullptr ? std::atoll(first + 1) : 0;
+    plan.split_begin = plan.pieces == 1 ? plan.blocks : std::clamp<int64_t>(from, 0, plan.blocks);
   } else {
     cuda_host::Device device;
     if (!cuda_host::current_device(&device)) return plan;

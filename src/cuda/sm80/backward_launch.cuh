@@ -1,7 +1,9 @@
 // Definition of launch_backward: preprocess (grid: query row groups, heads_q, batch), the main
 // kernel (one block per key block, kv head and batch, the last ones perhaps split: tail_split in
-// backward_params.hpp; dynamic shared memory from the tile policy), then dQ, in stream order. The main and dQ kernels run their score-modifier variant (softcap, ALiBi,
-// bias, mask) only when one is on, so that the plain path carries none of it. dQ comes from one of two places, chosen by the workspace layout (backward.cu):
+// backward_params.hpp; dynamic shared memory from the tile policy), then dQ, in stream order. The
+// main and dQ kernels run their score-modifier variant (softcap, ALiBi, bias, mask) only when one
+// is on, so that the plain path carries none of it. dQ comes from one of two places, chosen by the
+// workspace layout (backward.cu):
 //   p.dq_accum set:  the main kernel adds dS·K into the fp32 accumulator with atomics, and the
 //                    convert kernel (backward_dq_accum.cuh) scales and rounds it (fast; the last
 //                    bits depend on the order of the adds);

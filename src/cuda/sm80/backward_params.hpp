@@ -72,10 +72,11 @@ struct BackwardKernelParams {
   // (b heads_kv + h_kv) key_blocks + n_block (on a 1-D grid where some block is split, and in the
   // score-modifier variant of a policy with tail_split; else on a grid of key blocks x kv heads x
   // batch). Blocks [split_begin, blocks) (the last full wave and the partial one after it, see
-  // tail_split) run as split_pieces pieces each, a piece taking an equal share of the block's steps; the pieces add their dK and dV into dkv_accum
-  // (fp32, in the order of the dK / dV fragments, Bc · (d + dv) floats per split block, both the
-  // instantiation's widths) and count themselves in dkv_arrivals, and the last to arrive writes dK
-  // and dV. Both arrays are zeroed before the main kernel; null when split_pieces is 1.
+  // tail_split) run as split_pieces pieces each, a piece taking an equal share of the block's
+  // steps; the pieces add their dK and dV into dkv_accum (fp32, in the order of the dK / dV
+  // fragments, Bc · (d + dv) floats per split block, both the instantiation's widths) and count
+  // themselves in dkv_arrivals, and the last to arrive writes dK and dV. Both arrays are zeroed
+  // before the main kernel; null when split_pieces is 1.
   int key_blocks;
   int split_begin;
   int split_pieces;
