@@ -69,6 +69,20 @@ std::vector<Case> small_cases() {
     c.d = 64;
     cases.push_back(c);
   }
+  // d = 256 runs on warp pairs (one row group's keys and V columns split over two warps): windows,
+  // GQA, varlen with empty sequences, Sq of 1 and 17, and a V head dim that leaves the second warp's
+  // columns all padding.
+  cases.push_back(window(make(kBf16, 1, 203, 300, 4, 1, 256), 70, 9));
+  cases.push_back(window(causal(make(kFp16, 1, 300, 203, 2, 2, 248), Alignment::kTopLeft), 50, -1));
+  cases.push_back(causal(make(kBf16, 2, 17, 203, 8, 2, 256)));
+  cases.push_back(make(kFp16, 3, 1, 113, 2, 2, 256));
+  cases.push_back(head_dim_v(make(kBf16, 1, 113, 203, 2, 2, 256), 104));
+  {
+    Case c = causal(make(kBf16, 0, 0, 0, 4, 2, 256));
+    c.varlen_q = {17, 0, 203, 1, 64};
+    c.varlen_k = {17, 5, 113, 0, 300};
+    cases.push_back(c);
+  }
   // Score modifiers alone: softcap (saturating with scale 1), ALiBi per head and per (batch, head),
   // bias of each dtype and broadcast, masks random, key padding, block-sparse with masked rows.
   cases.push_back(softcap(causal(make(kBf16, 2, 203, 203, 2, 2, 64)), 30.0f));

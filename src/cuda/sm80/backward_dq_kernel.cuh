@@ -227,8 +227,8 @@ __global__ void __launch_bounds__(BackwardDqPolicy<kHeadDim, kHeadDimV, kScoreMo
       for (int e = 0; e < 4; ++e) dq[mt][dt].x[e] *= p.scale;
   T* dq_out = static_cast<T*>(p.dq) + row_offset(varlen, b, seq.q_row0, i0 + warp_rows0, h, p.dq_batch_stride,
                                                   p.dq_row_stride, p.dq_head_stride);
-  store_output<T, kMTiles, kDTiles, kHeadDim, QTile>(dq, smem, warp_rows0, dq_out, p.dq_row_stride,
-                                                     i1 - i0 - warp_rows0, p.head_dim, lane);
+  store_output<T, kMTiles, kDTiles, QTile>(dq, smem, warp_rows0, dq_out, p.dq_row_stride, i1 - i0 - warp_rows0,
+                                           p.head_dim, lane);
 }
 
 }  // namespace flashattn::detail::sm80

@@ -9,6 +9,14 @@
 // With one stage each load hides behind one GEMM; with two, behind a whole iteration. A second
 // resident block per multiprocessor covers what remains.
 //
+// Warp pairs (policy column_warps = 2, head dims whose 32-row o does not fit one warp's registers):
+// warps 2 g and 2 g + 1 share rows 32 g ..; warp c of the pair computes S for keys c Bc/2 .. of each
+// tile and o for V columns c dv/2 ... Per tile the pair meets twice in shared memory: each writes its
+// rows' maxima over its keys and, after a barrier of the two warps, takes the larger; then each
+// writes its half of P, which the block barrier before P·V publishes, and reads the other's half
+// as A fragments. Each keeps l over its own keys; the two are added at the end. Per tensor-core
+// operation this reads K and V from shared memory half as often as 16-row warps do.
+//
 // kScoreMods: the variant with softcap, ALiBi, bias and mask (score_mods.cuh), launched only when
 // one is on, so that the plain path carries none of it. In that variant the barrier before K(n)
 // is issued is a __syncthreads_or over the mask bytes of tile n (the first tile's gets a barrier
@@ -23,6 +31,7 @@
 
 #include "cuda/primitives/cp_async.cuh"
 #include "cuda/primitives/ldmatrix.cuh"
+#include "cuda/primitives/named_barrier.cuh"
 #include "cuda/primitives/smem_tile.cuh"
 #include "cuda/sm80/epilogue.cuh"
 #include "cuda/sm80/kernel_params.hpp"
@@ -49,20 +58,73 @@ __device__ __forceinline__ SequenceView sequence_view(const ForwardKernelParams&
   return {p.seqlen_q, p.seqlen_k, 0, 0};
 }
 
+// Warp pairs: each warp of the pair (half 0 or 1) writes one value per row of its rows (lanes of a
+// quad hold the same) into rows[half][..], waits for the other warp, and combines the other's into
+// its own. Barrier 1 + row_group, of the pair's 64 threads.
+template <int kMTiles, int kBlockM, class Combine>
+__device__ __forceinline__ void exchange_rows(float (&value)[kMTiles][2], char* rows_smem, int rows0, int half,
+                                              int row_group, int lane, Combine combine) {
+  float* rows = reinterpret_cast<float*>(rows_smem);
+  const int g = lane >> 2;
+  if ((lane & 3) == 0) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) rows[half * kBlockM + rows0 + mt * 16 + g + 8 * r] = value[mt][r];
+  }
+  cuda::named_barrier_sync(1 + row_group, 64);
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) value[mt][r] = combine(value[mt][r], rows[(1 - half) * kBlockM + rows0 + mt * 16 + g + 8 * r]);
+}
+
+// Warp pairs: the warp's P (A fragments of its keys keys0 ..) into the P tile. A fragment's
+// registers are (row g, keys 2t..) (row g + 8, keys 2t..) of its left n8 tile, then of its right:
+// eight rows at one chunk, four lanes per row, no bank conflicts.
+template <class T, int kMTiles, int kKSteps, class PTile>
+__device__ __forceinline__ void store_p_half(char* p_tile, const cuda::FragA (&p)[kMTiles][kKSteps], int rows0,
+                                             int keys0, int lane) {
+  // keys0 / 8 and the chunk steps 0 .. 2 kKSteps - 1 share no bit (keys0 a multiple of 16 kKSteps).
+  const uint32_t base = PTile::offset(rows0 + (lane >> 2), keys0 / 8) + 4 * (lane & 3);
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        *reinterpret_cast<uint32_t*>(p_tile + PTile::advance(base, 16 * mt + 8 * (i & 1), 2 * kk + (i >> 1))) =
+            p[mt][kk].x[i];
+}
+
+// Warp pairs: the other warp's P (keys keys0 ..) from the P tile as A fragments (ldmatrix.x4
+// lanes: rows 0-15 at the k step's chunks 0 | 1, as in gemm_qk).
+template <int kMTiles, int kKSteps, class PTile>
+__device__ __forceinline__ void load_p_half(cuda::FragA (&p)[kMTiles][kKSteps], uint32_t p_tile, int rows0, int keys0,
+                                            int lane) {
+  const uint32_t base = PTile::offset(rows0 + (lane & 15), keys0 / 8 + (lane >> 4));  // steps 2 kk: bits apart
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) cuda::ldmatrix_x4(p[mt][kk].x, p_tile + PTile::advance(base, 16 * mt, 2 * kk));
+}
+
 template <int kHeadDim, int kHeadDimV, class T, bool kScoreMods>
 __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles.threads(),
                                   ForwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles.min_blocks)
     forward_kernel(const ForwardKernelParams p) {
   constexpr ForwardTiles kTiles = ForwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles;
   constexpr int kBlockM = kTiles.block_m, kBlockN = kTiles.block_n, kThreads = kTiles.threads();
+  constexpr int kPairs = kTiles.column_warps;       // warps per row group: 1, or 2 (a pair)
   constexpr int kMTiles = kTiles.warp_rows() / 16;  // m16 tiles per warp
-  constexpr int kNTiles = kBlockN / 8;              // n8 tiles of S per K tile
-  constexpr int kDTiles = kHeadDimV / 8;            // n8 tiles of o
+  constexpr int kNTiles = kBlockN / kPairs / 8;     // n8 tiles of S per K tile, of the warp's keys
+  constexpr int kDTiles = kHeadDimV / kPairs / 8;   // n8 tiles of o, of the warp's columns
   constexpr int kStages = kTiles.stages;
   using QTile = cuda::SwizzledTile<kBlockM, kHeadDim>;
   using OTile = cuda::SwizzledTile<kBlockM, kHeadDimV>;  // the epilogue's, over the Q tile
   using KTile = cuda::SwizzledTile<kBlockN, kHeadDim>;
   using VTile = cuda::SwizzledTile<kBlockN, kHeadDimV>;
+  using PTile = cuda::SwizzledTile<kBlockM, kBlockN>;  // pairs: the P halves
   using QLoad = TileLoad<T, kBlockM, kHeadDim, kThreads>;
   using KLoad = TileLoad<T, kBlockN, kHeadDim, kThreads>;
   using VLoad = TileLoad<T, kBlockN, kHeadDimV, kThreads>;
@@ -72,6 +134,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kHeadDimV, kScoreMods>
   const uint32_t q_addr = cuda::smem_address(smem);
   const uint32_t k_addr0 = q_addr + kTiles.q_region_bytes();  // kStages K tiles
   const uint32_t v_addr0 = k_addr0 + kStages * KTile::kBytes;  // kStages V tiles
+  char* const exchange = smem + kTiles.smem_bytes() - kTiles.exchange_bytes();  // pairs: P tile, then rows
   // Tile n lives in buffer n % kStages.
   const auto k_buffer = [=](int n) { return k_addr0 + (kStages == 1 ? 0u : (n & 1) * KTile::kBytes); };
   const auto v_buffer = [=](int n) { return v_addr0 + (kStages == 1 ? 0u : (n & 1) * VTile::kBytes); };
@@ -89,7 +152,10 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kHeadDimV, kScoreMods>
   const int n_end = (keys.hi + kBlockN - 1) / kBlockN;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int warp_rows0 = warp * kTiles.warp_rows();
+  const int row_group = warp / kPairs, half = warp % kPairs;  // half: which keys and V columns (pairs)
+  const int warp_rows0 = row_group * kTiles.warp_rows();
+  const int keys0 = half * (kBlockN / kPairs), chunks0 = half * (kHeadDimV / kPairs / 8);
+  const int other_keys0 = (kPairs - 1 - half) * (kBlockN / kPairs);
 
   const bool varlen = p.maybe_cu_seqlens_q != nullptr;
   const T* q = static_cast<const T*>(p.q) + (varlen ? 0 : b * p.q_batch_stride) +
@@ -169,14 +235,26 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kHeadDimV, kScoreMods>
         if constexpr (kTiles.q_in_registers) {
           gemm_qk<T, kMTiles, kNTiles, kHeadDim, KTile>(s, q_frag, k_buffer(n), lane);
         } else {
-          gemm_qk<T, kMTiles, kNTiles, kHeadDim, QTile, KTile>(s, q_addr, k_buffer(n), warp_rows0, lane);
+          // keys0 is a multiple of 8 (one swizzle period), so a byte offset moves the tile's rows.
+          gemm_qk<T, kMTiles, kNTiles, kHeadDim, QTile, KTile>(s, q_addr, k_buffer(n) + KTile::offset(keys0, 0),
+                                                               warp_rows0, lane);
         }
         if constexpr (kScoreMods) mods.apply(p, s, i0 + warp_rows0, j0, lane);
         // Tiles that every row sees whole skip the per-element mask.
         const KeyRange full = band.keys_seen_by_all(i0, i1);
-        if (j0 < full.lo || j0 + kBlockN > full.hi) apply_band_mask(s, band, i0 + warp_rows0, j0, lane);
-        softmax.update(s, o, softmax_scale_log2);
-        pack_p<T>(p_frag, s);
+        if (j0 < full.lo || j0 + kBlockN > full.hi) apply_band_mask(s, band, i0 + warp_rows0, j0 + keys0, lane);
+        if constexpr (kPairs == 1) {
+          softmax.update(s, o, softmax_scale_log2);
+          pack_p<T>(p_frag, s);
+        } else {
+          float m_new[kMTiles][2];
+          softmax.row_max(s, m_new);
+          exchange_rows<kMTiles, kBlockM>(m_new, exchange + PTile::kBytes, warp_rows0, half, row_group, lane,
+                                          [](float a, float b) { return fmaxf(a, b); });
+          softmax.exponentiate(s, o, m_new, softmax_scale_log2);
+          pack_p<T>(p_frag, s);
+          store_p_half<T, kMTiles, kNTiles / 2, PTile>(exchange, p_frag, warp_rows0, keys0, lane);
+        }
       }
 
       cuda::cp_async_wait<kStages - 1>();
@@ -189,21 +267,40 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kHeadDimV, kScoreMods>
         if (live_next) issue_v(n - 1);
       }
       cuda::cp_async_commit();
-      if (live) gemm_pv<T, kMTiles, kNTiles / 2, kDTiles, VTile>(o, p_frag, v_buffer(n), lane);
+      if constexpr (kPairs == 1) {
+        if (live) gemm_pv<T, kMTiles, kNTiles / 2, kDTiles, VTile>(o, p_frag, v_buffer(n), lane);
+      } else {
+        // o(half's columns) += P(own keys) V(own keys) + P(other keys) V(other keys); the offsets
+        // are whole swizzle periods (rows by 8, chunks by 8).
+        gemm_pv<T, kMTiles, kNTiles / 2, kDTiles, VTile>(o, p_frag, v_buffer(n) + VTile::offset(keys0, chunks0), lane);
+        load_p_half<kMTiles, kNTiles / 2, PTile>(p_frag, cuda::smem_address(exchange), warp_rows0, other_keys0, lane);
+        gemm_pv<T, kMTiles, kNTiles / 2, kDTiles, VTile>(o, p_frag, v_buffer(n) + VTile::offset(other_keys0, chunks0),
+                                                         lane);
+      }
       if constexpr (kScoreMods) live = live_next;  // the plain variant's stays a constant true
     }
     cuda::cp_async_wait<0>();  // only empty groups remain; the epilogue reuses the Q tile
   }
 
   float lse[kMTiles][2];
-  softmax.finalize(o, softmax_scale, lse);
+  if constexpr (kPairs == 1) {
+    softmax.finalize(o, softmax_scale, lse);
+  } else {
+    // Each warp's l covers its keys: the pair adds them. The partner read this warp's last row
+    // maxima before the loop's last block barrier, so the row buffer is free.
+    float sum[kMTiles][2];
+    softmax.row_sums(sum);
+    exchange_rows<kMTiles, kBlockM>(sum, exchange + PTile::kBytes, warp_rows0, half, row_group, lane,
+                                    [](float a, float b) { return a + b; });
+    softmax.normalize(o, softmax_scale, sum, lse);
+  }
 
   const int rows_valid = i1 - i0 - warp_rows0;
   T* out = static_cast<T*>(p.o) + (varlen ? 0 : b * p.o_batch_stride) +
            (int64_t{seq.q_row0} + i0 + warp_rows0) * p.o_row_stride + h * p.o_head_stride;
-  store_output<T, kMTiles, kDTiles, kHeadDimV, OTile>(o, smem, warp_rows0, out, p.o_row_stride, rows_valid,
-                                                      p.head_dim_v, lane);
-  if (p.maybe_lse != nullptr) {
+  store_output<T, kMTiles, kDTiles, OTile>(o, smem, warp_rows0, out, p.o_row_stride, rows_valid, p.head_dim_v, lane,
+                                           chunks0);
+  if (p.maybe_lse != nullptr && half == 0) {
     float* lse_rows = p.maybe_lse + (varlen ? 0 : b * p.lse_batch_stride) + h * p.lse_head_stride +
                       (int64_t{seq.q_row0} + i0 + warp_rows0);
     store_lse(lse, lse_rows, rows_valid, lane);

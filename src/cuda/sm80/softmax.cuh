@@ -35,6 +35,16 @@ struct OnlineSoftmax {
   template <int kNTiles, int kDTiles>
   __device__ __forceinline__ void update(cuda::FragC (&s)[kMTiles][kNTiles], cuda::FragC (&o)[kMTiles][kDTiles],
                                          float scale_log2) {
+    float m_new[kMTiles][2];
+    row_max(s, m_new);
+    exponentiate(s, o, m_new, scale_log2);
+  }
+
+  // The two halves of update, for rows whose scores are split over several warps (each combines
+  // the warps' m_new between them): m_new = max(m, rowmax(S)) over the lane's quad, then
+  // P = exp(scale (S - m_new)) with alpha applied to l and o, and m = m_new.
+  template <int kNTiles>
+  __device__ __forceinline__ void row_max(const cuda::FragC (&s)[kMTiles][kNTiles], float (&m_new)[kMTiles][2]) const {
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -43,10 +53,20 @@ struct OnlineSoftmax {
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt)
           row_max = fmaxf(row_max, fmaxf(s[mt][nt].x[2 * r], s[mt][nt].x[2 * r + 1]));
-        const float m_new = cuda::quad_max(row_max);
-        const float base = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
+        m_new[mt][r] = cuda::quad_max(row_max);
+      }
+  }
+
+  template <int kNTiles, int kDTiles>
+  __device__ __forceinline__ void exponentiate(cuda::FragC (&s)[kMTiles][kNTiles], cuda::FragC (&o)[kMTiles][kDTiles],
+                                               const float (&m_new)[kMTiles][2], float scale_log2) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float base = m_new[mt][r] == -INFINITY ? 0.0f : m_new[mt][r] * scale_log2;
         const float alpha = cuda::fast_exp2(m[mt][r] * scale_log2 - base);
-        m[mt][r] = m_new;
+        m[mt][r] = m_new[mt][r];
         float row_sum = 0.0f;
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt)
@@ -69,13 +89,29 @@ struct OnlineSoftmax {
   template <int kDTiles>
   __device__ __forceinline__ void finalize(cuda::FragC (&o)[kMTiles][kDTiles], float scale,
                                            float (&lse)[kMTiles][2]) {
+    float sum[kMTiles][2];
+    row_sums(sum);
+    normalize(o, scale, sum, lse);
+  }
+
+  // The two halves of finalize: l summed over the lane's quad (rows split over several warps add
+  // their warps' sums between the two), then the division.
+  __device__ __forceinline__ void row_sums(float (&sum)[kMTiles][2]) const {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) sum[mt][r] = cuda::quad_sum(l[mt][r]);
+  }
+
+  template <int kDTiles>
+  __device__ __forceinline__ void normalize(cuda::FragC (&o)[kMTiles][kDTiles], float scale,
+                                            const float (&sum)[kMTiles][2], float (&lse)[kMTiles][2]) const {
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const float sum = cuda::quad_sum(l[mt][r]);
-        const float inv_l = sum > 0.0f ? 1.0f / sum : 0.0f;
-        lse[mt][r] = sum > 0.0f ? m[mt][r] * scale + logf(sum) : -INFINITY;
+        const float inv_l = sum[mt][r] > 0.0f ? 1.0f / sum[mt][r] : 0.0f;
+        lse[mt][r] = sum[mt][r] > 0.0f ? m[mt][r] * scale + logf(sum[mt][r]) : -INFINITY;
 #pragma unroll
         for (int dt = 0; dt < kDTiles; ++dt) {
           o[mt][dt].x[2 * r] *= inv_l;

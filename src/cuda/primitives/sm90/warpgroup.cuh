@@ -3,13 +3,14 @@
 //   warpgroup_index()      which warpgroup of the block this thread is in, warp-uniform
 //   setmaxnreg_inc/dec<N>  move registers between warpgroups (sm_90a)
 //   named_barrier_sync/arrive(id, threads)  bar.sync / bar.arrive on barrier `id` (1..15; 0 is
-//                          __syncthreads) among `threads` threads, a multiple of 32
+//                          __syncthreads) among `threads` threads, a multiple of 32 (named_barrier.cuh)
 //   fence_proxy_async_shared()  orders this thread's ordinary shared-memory stores before later
 //                          reads by the async proxy (TMA stores, wgmma operands)
 #pragma once
 
 #include <cstdint>
 
+#include "cuda/primitives/named_barrier.cuh"
 #include "cuda/primitives/sm90/arch.cuh"
 
 namespace flashattn::cuda::sm90 {
@@ -57,17 +58,9 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 #endif
 }
 
-// Waits until `threads` threads (counting arrivals) have reached barrier `id`; orders the shared-memory
-// accesses of the participating threads like __syncthreads does for the whole block.
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
-// Counts this thread towards barrier `id` without waiting (the producer side of a named barrier:
-// the waiting side calls named_barrier_sync with the same total).
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
+// named_barrier_sync/arrive: the arch-independent ones of named_barrier.cuh.
+using cuda::named_barrier_arrive;
+using cuda::named_barrier_sync;
 
 // Each thread that wrote shared memory with ordinary stores (st.shared, stmatrix) which the async
 // proxy reads next (a TMA store, a wgmma operand) issues this before the barrier that publishes it.
