@@ -49,8 +49,10 @@ cudaError_t launch_backward_variant(const BackwardKernelParams& p, cudaStream_t 
   // The accumulator's rows are this instantiation's tiles (backward_dq_accum.cuh).
   if (!deterministic && p.dq_accum_width != kHeadDim) return cudaErrorInvalidValue;
   if (has_rows) {
-    const dim3 grid((preprocess_rows(p) + kRowsPerRowBlock - 1) / kRowsPerRowBlock, p.heads_q, p.batch);
-    backward_preprocess_kernel<T><<<grid, kRowKernelWarps * 32, 0, stream>>>(p);
+    constexpr int kLanes = preprocess_lanes_per_row(kHeadDim > kHeadDimV ? kHeadDim : kHeadDimV);
+    constexpr int kRows = kPreprocessRowsPerBlock<kLanes>;
+    const dim3 grid((preprocess_rows(p) + kRows - 1) / kRows, p.heads_q, p.batch);
+    backward_preprocess_kernel<T, kLanes><<<grid, kRowKernelWarps * 32, 0, stream>>>(p);
   }
   if (p.seqlen_k > 0)
     if (cudaError_t e = launch_backward_main<kHeadDim, kHeadDimV, T, kScoreMods>(p, stream); e != cudaSuccess)

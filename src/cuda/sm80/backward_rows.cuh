@@ -59,54 +59,73 @@ template <> struct Pair<__nv_bfloat16> {
   }
 };
 
-// The row kernels (1 and 3): one warp per query row, 8 elements per lane, so head dims up to 256.
+// The preprocess kernel: kLanesPerRow lanes per query row (the row's 8-element chunks, one per
+// lane: head dims up to 8 kLanesPerRow), so a warp covers 32 / kLanesPerRow rows at once, and
+// kPreprocessPasses such groups of rows; every lane issues all of its loads before the first sum.
 inline constexpr int kRowKernelWarps = 4;
-inline constexpr int kRowsPerWarp = 4;
-inline constexpr int kRowsPerRowBlock = kRowKernelWarps * kRowsPerWarp;
+inline constexpr int kPreprocessPasses = 4;
+template <int kLanesPerRow>
+inline constexpr int kPreprocessRowsPerBlock = kRowKernelWarps * kPreprocessPasses * (32 / kLanesPerRow);
+
+// Lanes per row for an instantiation whose rows (of O and dO, and the dQ accumulator's slots) are
+// at most `width` elements wide: the power of two at or above width / 8.
+constexpr int preprocess_lanes_per_row(int width) { return width <= 64 ? 8 : width <= 128 ? 16 : 32; }
 
 // Grid: row blocks covering the longest sequence's rows and, with an accumulator, its padded rows.
 inline int64_t preprocess_rows(const BackwardKernelParams& p) {
   return p.dq_accum != nullptr ? p.dq_accum_rows : p.seqlen_q;
 }
 
-template <class T>
+template <class T, int kLanesPerRow>
 __global__ void __launch_bounds__(kRowKernelWarps * 32) backward_preprocess_kernel(const BackwardKernelParams p) {
+  static_assert(kLanesPerRow == 8 || kLanesPerRow == 16 || kLanesPerRow == 32);
+  constexpr int kRowsPerPass = 32 / kLanesPerRow;
   const int h = blockIdx.y, b = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int chunk = lane % kLanesPerRow;  // elements 8 chunk .. of the lane's rows
   const BackwardSequence seq = backward_sequence(p, b);
   const bool varlen = p.maybe_cu_seqlens_q != nullptr;
-  const bool has_chunk = lane * 8 < p.head_dim_v;  // of O and dO
+  const int row0 = blockIdx.x * kPreprocessRowsPerBlock<kLanesPerRow> + warp * kPreprocessPasses * kRowsPerPass +
+                   lane / kLanesPerRow;
+  const auto row_of_pass = [&](int pass) { return row0 + pass * kRowsPerPass; };
+
+  uint4 ov[kPreprocessPasses], dv[kPreprocessPasses];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    const int i = blockIdx.x * kRowsPerRowBlock + warp * kRowsPerWarp + r;
-    if (i < seq.sq) {  // the same for the whole warp
-      float dot = 0.0f;
-      if (has_chunk) {
-        const T* o = static_cast<const T*>(p.o) +
-                     row_offset(varlen, b, seq.q_row0, i, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
-        const T* d_o = static_cast<const T*>(p.d_o) + row_offset(varlen, b, seq.q_row0, i, h, p.do_batch_stride,
-                                                                 p.do_row_stride, p.do_head_stride);
-        const uint4 ov = *reinterpret_cast<const uint4*>(o + lane * 8);
-        const uint4 dv = *reinterpret_cast<const uint4*>(d_o + lane * 8);
-        const uint32_t os[4] = {ov.x, ov.y, ov.z, ov.w}, ds[4] = {dv.x, dv.y, dv.z, dv.w};
+  for (int pass = 0; pass < kPreprocessPasses; ++pass) {
+    const int i = row_of_pass(pass);
+    ov[pass] = dv[pass] = make_uint4(0u, 0u, 0u, 0u);  // bf16/fp16 zeros: padding adds nothing
+    if (i < seq.sq && chunk * 8 < p.head_dim_v) {
+      const T* o = static_cast<const T*>(p.o) +
+                   row_offset(varlen, b, seq.q_row0, i, h, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+      const T* d_o = static_cast<const T*>(p.d_o) +
+                     row_offset(varlen, b, seq.q_row0, i, h, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
+      ov[pass] = *reinterpret_cast<const uint4*>(o + chunk * 8);
+      dv[pass] = *reinterpret_cast<const uint4*>(d_o + chunk * 8);
+    }
+  }
 #pragma unroll
-        for (int x = 0; x < 4; ++x) {
-          const float2 a = Pair<T>::to_float2(os[x]), c = Pair<T>::to_float2(ds[x]);
-          dot = fmaf(a.x, c.x, fmaf(a.y, c.y, dot));
-        }
-      }
+  for (int pass = 0; pass < kPreprocessPasses; ++pass) {
+    const int i = row_of_pass(pass);
+    const uint32_t os[4] = {ov[pass].x, ov[pass].y, ov[pass].z, ov[pass].w};
+    const uint32_t ds[4] = {dv[pass].x, dv[pass].y, dv[pass].z, dv[pass].w};
+    float dot = 0.0f;
 #pragma unroll
-      for (int mask = 16; mask >= 1; mask /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, mask);
+    for (int x = 0; x < 4; ++x) {
+      const float2 a = Pair<T>::to_float2(os[x]), c = Pair<T>::to_float2(ds[x]);
+      dot = fmaf(a.x, c.x, fmaf(a.y, c.y, dot));
+    }
+    // Over the row's lanes (xor masks below kLanesPerRow stay inside the aligned group).
+#pragma unroll
+    for (int mask = kLanesPerRow / 2; mask >= 1; mask /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, mask);
+    if (i < seq.sq && chunk == 0) {
       const int64_t row = workspace_row(p, b, h, i);
-      if (lane == 0) {
-        const float lse = p.lse[(varlen ? 0 : b * p.lse_batch_stride) + h * p.lse_head_stride + seq.q_row0 + i];
-        p.delta[row] = dot;
-        p.lse_log2[row] = lse == -INFINITY ? INFINITY : lse * cuda::kLog2e;
-      }
+      const float lse = p.lse[(varlen ? 0 : b * p.lse_batch_stride) + h * p.lse_head_stride + seq.q_row0 + i];
+      p.delta[row] = dot;
+      p.lse_log2[row] = lse == -INFINITY ? INFINITY : lse * cuda::kLog2e;
     }
     // Row slot i of (b, h), not row i of dQ (the tiles are in fragment order): all slots below
     // dq_accum_rows together zero every tile.
-    if (p.dq_accum != nullptr && i < p.dq_accum_rows && lane * 8 < p.dq_accum_width) {
-      float4* acc = reinterpret_cast<float4*>(p.dq_accum + dq_accum_offset(p, b, h, i, p.dq_accum_width) + lane * 8);
+    if (p.dq_accum != nullptr && i < p.dq_accum_rows && chunk * 8 < p.dq_accum_width) {
+      float4* acc = reinterpret_cast<float4*>(p.dq_accum + dq_accum_offset(p, b, h, i, p.dq_accum_width) + chunk * 8);
       acc[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       acc[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
