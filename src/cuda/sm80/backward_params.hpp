@@ -71,8 +71,8 @@ struct BackwardKernelParams {
   // The main kernel's blocks: one per (b, kv head, key block of Bc), numbered
   // (b heads_kv + h_kv) key_blocks + n_block (on a 1-D grid where some block is split, and in the
   // score-modifier variant of a policy with tail_split; else on a grid of key blocks x kv heads x
-  // batch). Blocks [split_begin, blocks) (the last full wave and the partial one after it, see
-  // tail_split) run as split_pieces pieces each, a piece taking an equal share of the block's
+  // batch). Blocks [split_begin, blocks) (the partial last wave, see tail_split) run as
+  // split_pieces pieces each, a piece taking an equal share of the block's
   // steps; the pieces add their dK and dV into dkv_accum (fp32, in the order of the dK / dV
   // fragments, Bc · (d + dv) floats per split block, both the instantiation's widths) and count
   // themselves in dkv_arrivals, and the last to arrive writes dK and dV. Both arrays are zeroed
@@ -97,11 +97,13 @@ constexpr int64_t dq_accum_rows(int64_t seqlen_q) {
 
 // Splitting the tail wave. When the main kernel's blocks all cost the same (no band, no varlen),
 // `blocks` of them on `slots` resident places run in ceil(blocks / slots) waves, and the last wave
-// is partly idle: 4096 blocks on 132 SMs take 32 block-times for 31.03 of work. The blocks of the
-// last full wave and of the partial one (m = slots + blocks % slots) can instead run as k pieces
-// each, of steps / k steps and about kPieceOverheadSteps more (K and V loaded again; dK and dV
-// added into the workspace): ceil(m k / slots) waves of pieces. tail_split picks the k of 1..8
-// with the least time, counted in steps, and returns the first split block (blocks when k = 1).
+// is partly idle: 4096 blocks on 132 SMs take 32 block-times for 31.03 of work. The r = blocks %
+// slots blocks of that partial wave can instead run as k pieces each, of steps / k steps and
+// about kPieceOverheadSteps more (K and V loaded again; dK and dV added into the workspace):
+// ceil(r k / slots) waves of pieces. (Splitting the last full wave's blocks as well never wins in
+// this count: their pieces take k piece-times more, at least steps + 3 k.) tail_split picks the k
+// of 1..8 with the least time, counted in steps, and returns the first split block (blocks when
+// k = 1).
 constexpr int kPieceOverheadSteps = 3;
 constexpr int kMaxPieces = 8;
 struct TailSplit {
@@ -110,20 +112,22 @@ struct TailSplit {
 };
 constexpr TailSplit tail_split(int64_t blocks, int64_t slots, int64_t steps_per_block) {
   if (blocks <= 0 || slots <= 0 || blocks % slots == 0) return {blocks, 1};
-  const int64_t m = blocks < slots ? blocks : slots + blocks % slots;
-  int64_t best_time = (m + slots - 1) / slots * steps_per_block;
+  const int64_t r = blocks % slots;
+  int64_t best_time = steps_per_block;
   int best = 1;
   for (int k = 2; k <= kMaxPieces && k <= steps_per_block; ++k) {
-    const int64_t time = (m * k + slots - 1) / slots * ((steps_per_block + k - 1) / k + kPieceOverheadSteps);
+    const int64_t time = (r * k + slots - 1) / slots * ((steps_per_block + k - 1) / k + kPieceOverheadSteps);
     if (time < best_time) best_time = time, best = k;
   }
-  return {best == 1 ? blocks : blocks - m, best};
+  return {best == 1 ? blocks : blocks - r, best};
 }
-// 4096 blocks of 128 steps on 132 SMs (d = 64, n = 16k): the last 136 blocks in 8 pieces, 9 waves
-// of 19 steps against 2 of 128; with 16 steps a block (n = 2k) pieces cost more than they save.
-static_assert(tail_split(4096, 132, 128).begin == 4096 - 136 && tail_split(4096, 132, 128).pieces == 8);
-static_assert(tail_split(135, 132, 20).begin == 0 && tail_split(135, 132, 20).pieces == 2);
-static_assert(tail_split(4096, 132, 16).pieces == 1 && tail_split(4224, 132, 128).pieces == 1 &&
+// 4096 blocks on 132 SMs leave 4 for a 32nd wave: with 128 steps a block (d = 64, n = 16k) or 16
+// (n = 2k) they run in 8 pieces, one wave of 19 (5) steps against 128 (16). 232 blocks of 20 steps
+// (r = 100): 2 pieces would take 2 waves of 13 against 20, so none.
+static_assert(tail_split(4096, 132, 128).begin == 4092 && tail_split(4096, 132, 128).pieces == 8);
+static_assert(tail_split(4096, 132, 16).begin == 4092 && tail_split(4096, 132, 16).pieces == 8);
+static_assert(tail_split(135, 132, 20).begin == 132 && tail_split(135, 132, 20).pieces == 7);
+static_assert(tail_split(232, 132, 20).pieces == 1 && tail_split(4224, 132, 128).pieces == 1 &&
               tail_split(100, 132, 1).pieces == 1);
 
 // Workspace bytes for the arrays above, plus slack to align the start. The order: dq_accum (when
