@@ -131,6 +131,7 @@ BackwardKernelParams kernel_params(const BackwardParams& p, void* workspace) {
   const BlockPlan plan = block_plan(p, d, k.has_score_mods());
   k.key_blocks = plan.key_blocks;
   k.split_begin = static_cast<int>(plan.split_begin);
+  k.grid_first_block = 0;
   k.split_pieces = plan.pieces;
   if (workspace != nullptr && plan.pieces > 1) {  // after lse_log2 (backward_workspace_bytes)
     float* const arrays = k.dq_accum;  // split only in the non-deterministic mode: the start

@@ -160,10 +160,11 @@ __device__ __forceinline__ BlockCoords block_coords(const BackwardKernelParams& 
   if constexpr (!kTailSplit) {  // the grid is (key blocks, kv heads, batch)
     return {0, static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z), 0, false};
   }
-  BlockCoords c{static_cast<int>(blockIdx.x), 0, 0, 0, 0, static_cast<int>(blockIdx.x) >= p.split_begin};
+  const int x = static_cast<int>(blockIdx.x) + p.grid_first_block;
+  BlockCoords c{x, 0, 0, 0, 0, x >= p.split_begin};
   if (c.split) {
-    c.block = p.split_begin + (c.block - p.split_begin) / p.split_pieces;
-    c.piece = (blockIdx.x - p.split_begin) % p.split_pieces;
+    c.block = p.split_begin + (x - p.split_begin) / p.split_pieces;
+    c.piece = (x - p.split_begin) % p.split_pieces;
   }
   const int bh = c.block / p.key_blocks, heads_kv = p.heads_q / p.group;
   c.n_block = c.block - bh * p.key_blocks;
@@ -262,6 +263,9 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
 
   const BlockCoords coords = block_coords<kSplitGrid>(p);
   const int n_block = coords.n_block, h_kv = coords.h_kv, b = coords.b;
+  if constexpr (!kSplitGrid) {  // the split blocks' pieces run in a launch of their own
+    if (p.split_pieces > 1 && (b * (p.heads_q / p.group) + h_kv) * p.key_blocks + n_block >= p.split_begin) return;
+  }
   const BackwardSequence seq = backward_sequence(p, b);
   const int j0 = n_block * kBlockN;
   if (j0 >= seq.sk) return;  // varlen: this sequence is shorter than the longest
@@ -473,10 +477,12 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
   }
 }
 
-// Launches the main kernel only, after zeroing the split blocks' accumulators: on the 1-D grid of
-// blocks and pieces (BackwardKernelParams) when some block is split, or always in the
-// score-modifier variant of a policy with tail_split (one kernel there); else on the grid of key
-// blocks x kv heads x batch. The row kernels around it are the caller's (backward_launch.cuh).
+// Launches the main kernel only, after zeroing the split blocks' accumulators. The plain variant
+// runs its whole blocks on the grid of key blocks x kv heads x batch and, when some are split,
+// their pieces after them on a 1-D grid of their own (the 1-D grid's block coordinates cost the
+// loop registers: 1-1.5% at d = 64 when every block ran on it). The score-modifier variant of a
+// policy with tail_split runs every block and piece on one 1-D grid (BackwardKernelParams). The
+// row kernels around it are the caller's (backward_launch.cuh).
 template <int kHeadDim, int kHeadDimV, class T, bool kScoreMods, bool kSplitGrid>
 cudaError_t launch_backward_grid(const BackwardKernelParams& p, cudaStream_t stream) {
   constexpr BackwardTiles kTiles = BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles;
@@ -487,7 +493,7 @@ cudaError_t launch_backward_grid(const BackwardKernelParams& p, cudaStream_t str
     return e;
   const int64_t blocks = int64_t{p.key_blocks} * (p.heads_q / p.group) * p.batch;
   if constexpr (kSplitGrid) {
-    const int64_t grid = p.split_begin + (blocks - p.split_begin) * p.split_pieces;
+    const int64_t grid = p.split_begin - p.grid_first_block + (blocks - p.split_begin) * p.split_pieces;
     kernel<<<static_cast<unsigned>(grid), kTiles.threads(), kSmem, stream>>>(p);
   } else {
     kernel<<<dim3(p.key_blocks, p.heads_q / p.group, p.batch), kTiles.threads(), kSmem, stream>>>(p);
@@ -507,8 +513,17 @@ cudaError_t launch_backward_main(const BackwardKernelParams& p, cudaStream_t str
   if constexpr (kTiles.tail_split && kScoreMods) {
     return launch_backward_grid<kHeadDim, kHeadDimV, T, kScoreMods, true>(p, stream);
   } else {
-    return p.split_pieces > 1 ? launch_backward_grid<kHeadDim, kHeadDimV, T, kScoreMods, kTiles.tail_split>(p, stream)
-                              : launch_backward_grid<kHeadDim, kHeadDimV, T, kScoreMods, false>(p, stream);
+    if (p.split_pieces == 1 || p.split_begin > 0)  // some whole blocks
+      if (cudaError_t e = launch_backward_grid<kHeadDim, kHeadDimV, T, kScoreMods, false>(p, stream); e != cudaSuccess)
+        return e;
+    if constexpr (kTiles.tail_split) {
+      if (p.split_pieces > 1) {
+        BackwardKernelParams pieces = p;
+        pieces.grid_first_block = p.split_begin;
+        return launch_backward_grid<kHeadDim, kHeadDimV, T, kScoreMods, true>(pieces, stream);
+      }
+    }
+    return cudaSuccess;
   }
 }
 

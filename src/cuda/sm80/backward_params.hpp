@@ -82,6 +82,10 @@ struct BackwardKernelParams {
   int split_pieces;
   float* dkv_accum;
   int* dkv_arrivals;
+  // On the 1-D grid: the block (or piece) that blockIdx.x 0 runs. 0 for one launch of every block;
+  // split_begin where the plain variant runs the whole blocks on the 3-D grid and the pieces in a
+  // launch of their own.
+  int grid_first_block;
 
   bool has_score_mods() const {
     return softcap != 0.0f || maybe_alibi_slopes != nullptr || maybe_bias != nullptr || maybe_mask != nullptr;
