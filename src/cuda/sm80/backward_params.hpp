@@ -69,9 +69,9 @@ struct BackwardKernelParams {
   int64_t mask_batch_stride, mask_head_stride, mask_row_stride;
 
   // The main kernel's blocks: one per (b, kv head, key block of Bc), numbered
-  // (b heads_kv + h_kv) key_blocks + n_block (on a 1-D grid where some block is split, and in the
-  // score-modifier variant of a policy with tail_split; else on a grid of key blocks x kv heads x
-  // batch). Blocks [split_begin, blocks) (the partial last wave, see tail_split) run as
+  // (b heads_kv + h_kv) key_blocks + n_block (the split blocks' pieces on a 1-D grid, and every
+  // block so in the score-modifier variant of a policy with tail_split; else on a grid of key
+  // blocks x kv heads x batch). Blocks [split_begin, blocks) (the partial last wave, see tail_split) run as
   // split_pieces pieces each, a piece taking an equal share of the block's
   // steps; the pieces add their dK and dV into dkv_accum (fp32, in the order of the dK / dV
   // fragments, Bc · (d + dv) floats per split block, both the instantiation's widths) and count
