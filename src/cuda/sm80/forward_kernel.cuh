@@ -76,7 +76,8 @@ __device__ __forceinline__ void exchange_rows(float (&value)[kMTiles][2], char* 
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) value[mt][r] = combine(value[mt][r], rows[(1 - half) * kBlockM + rows0 + mt * 16 + g + 8 * r]);
+    for (int r = 0; r < 2; ++r)
+      value[mt][r] = combine(value[mt][r], rows[(1 - half) * kBlockM + rows0 + mt * 16 + g + 8 * r]);
 }
 
 // Warp pairs: the warp's P (A fragments of its keys keys0 ..) into the P tile. A fragment's

@@ -30,7 +30,9 @@ struct ForwardTiles {
   constexpr int warp_rows() const { return block_m / row_groups(); }
   // With warp pairs: the P tile [Br x Bc] that the pair's halves meet in, and each warp's row
   // maxima (then row sums) of its half, [column_warps][Br] floats.
-  constexpr int exchange_bytes() const { return column_warps == 1 ? 0 : block_m * block_n * 2 + column_warps * block_m * 4; }
+  constexpr int exchange_bytes() const {
+    return column_warps == 1 ? 0 : block_m * block_n * 2 + column_warps * block_m * 4;
+  }
   // The Q tile (which the epilogue reuses for O, so it is sized for the wider of the two), then
   // `stages` K tiles and `stages` V tiles.
   constexpr int q_region_bytes() const {
@@ -42,12 +44,13 @@ struct ForwardTiles {
 };
 
 // Chosen on an H200 (bf16, docs/perf.md), among the shapes that ptxas compiles without spills:
-// d = 64: Bc = 128 with two stages beat Bc = 96 by 4-7% and Bc = 64 more (with one stage Bc = 128
-// spills on sm_90a); d = 96 and 128: one stage beat two; d = 192 and 256: 64x64 blocks of four warps, two per multiprocessor, beat 128x64 blocks of
-// eight warps. 16-row warps re-read Q from shared memory for every K tile; keeping Q in registers
-// won 7-9% at d = 192, while at d = 256 it only fits with Bc = 32, which loses. At d = 256 warp
-// pairs (32 rows, each warp half of the keys and of o) beat 16-row warps by 8-14%: they read K and
-// V half as often per mma, the limit of the 16-row warps there.
+// d = 64: Bc = 128 with two stages beat Bc = 96 (two stages) by 4-7%, which had beaten Bc = 64
+// (with one stage Bc = 128 spills on sm_90a); d = 96 and 128: one stage beat two; d = 192 and 256:
+// 64x64 blocks of four warps, two per multiprocessor, beat 128x64 blocks of eight warps. 16-row
+// warps re-read Q from shared memory for every K tile; keeping Q in registers won 7-9% at d = 192,
+// while at d = 256 it only fits with Bc = 32, which loses. At d = 256 warp pairs (32 rows, each
+// warp half of the keys and of o) beat 16-row warps by 8-14%: they read K and V half as often per
+// mma, the limit of the 16-row warps there.
 // Different V head dims: (192, 128) takes the d = 192 shape (its o is smaller); (64, 128) spills
 // with the d = 128 shape and takes 16-row warps.
 //
