@@ -221,7 +221,8 @@ __device__ __forceinline__ bool gather_pieces(const BackwardKernelParams& p, int
 }
 
 // kSplitGrid: the 1-D grid whose last blocks may run as pieces (tail_split); else the grid is
-// (key blocks, kv heads, batch), whose coordinates cost no registers (blockIdx.y, z).
+// (key blocks, kv heads, batch), whose coordinates cost no registers (blockIdx.y, z), and whose
+// split blocks (if any) return at once: their pieces are the 1-D launch's.
 template <int kHeadDim, int kHeadDimV, class T, bool kScoreMods, bool kSplitGrid>
 __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles.threads(),
                                   BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles.min_blocks)
