@@ -96,6 +96,14 @@ BlockPlan block_plan(const BackwardParams& p, const Dims& d, bool score_mods) {
   return plan;
 }
 
+// Whether the launch runs the score-modifier variant: the launcher's test (has_score_mods) on the
+// modifier fields alone, without the rest of kernel_params (its block plan queries the device).
+bool takes_score_mods(const BackwardParams& p) {
+  BackwardKernelParams k{};
+  sm80::fill_shape_band_and_mods(k, p, resolve_dims(p));
+  return k.has_score_mods();
+}
+
 BackwardKernelParams kernel_params(const BackwardParams& p, void* workspace) {
   const Dims d = resolve_dims(p);
   BackwardKernelParams k{};
@@ -161,7 +169,7 @@ Status cuda_sm80_backward_supported(const BackwardParams& p) {
 
   // The main kernel's shared memory, and the dQ kernel's in the deterministic mode, of the variant
   // the launcher picks by the same test.
-  const bool score_mods = kernel_params(p, nullptr).has_score_mods();
+  const bool score_mods = takes_score_mods(p);
   const int smem = std::max(sm80::backward_smem_bytes(inst->head_dim, inst->head_dim_v, score_mods),
                             p.deterministic
                                 ? sm80::backward_dq_tiles(inst->head_dim, inst->head_dim_v, score_mods).smem_bytes()
@@ -184,7 +192,7 @@ Status cuda_sm80_backward_supported(const BackwardParams& p) {
 
 size_t cuda_sm80_backward_workspace(const BackwardParams& p) {
   const Dims d = resolve_dims(p);
-  const BlockPlan plan = block_plan(p, d, kernel_params(p, nullptr).has_score_mods());
+  const BlockPlan plan = block_plan(p, d, takes_score_mods(p));
   return static_cast<size_t>(sm80::backward_workspace_bytes(
       d.batch, d.heads_q, d.seqlen_q, accum_width(p), p.deterministic,
       plan.pieces > 1 ? plan.blocks - plan.split_begin : 0, plan.split_floats));
