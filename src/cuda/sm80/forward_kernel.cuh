@@ -98,18 +98,6 @@ __device__ __forceinline__ void store_p_half(char* p_tile, const cuda::FragA (&p
             p[mt][kk].x[i];
 }
 
-// Warp pairs: the other warp's P (keys keys0 ..) from the P tile as A fragments (ldmatrix.x4
-// lanes: rows 0-15 at the k step's chunks 0 | 1, as in gemm_qk).
-template <int kMTiles, int kKSteps, class PTile>
-__device__ __forceinline__ void load_p_half(cuda::FragA (&p)[kMTiles][kKSteps], uint32_t p_tile, int rows0, int keys0,
-                                            int lane) {
-  const uint32_t base = PTile::offset(rows0 + (lane & 15), keys0 / 8 + (lane >> 4));  // steps 2 kk: bits apart
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int kk = 0; kk < kKSteps; ++kk) cuda::ldmatrix_x4(p[mt][kk].x, p_tile + PTile::advance(base, 16 * mt, 2 * kk));
-}
-
 template <int kHeadDim, int kHeadDimV, class T, bool kScoreMods>
 __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles.threads(),
                                   ForwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles.min_blocks)
@@ -228,7 +216,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kHeadDimV, kScoreMods>
       cuda::cp_async_commit();
 
       if constexpr (kTiles.q_in_registers) {
-        if (n == n_end - 1) load_q_fragments<kMTiles, kHeadDim, QTile>(q_frag, q_addr, warp_rows0, lane);
+        if (n == n_end - 1) load_a_fragments<kMTiles, kHeadDim / 16, QTile>(q_frag, q_addr, warp_rows0, lane);
       }
       cuda::FragA p_frag[kMTiles][kNTiles / 2];
       if (live) {
@@ -274,7 +262,8 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kHeadDimV, kScoreMods>
         // o(half's columns) += P(own keys) V(own keys) + P(other keys) V(other keys); the offsets
         // are whole swizzle periods (rows by 8, chunks by 8).
         gemm_pv<T, kMTiles, kNTiles / 2, kDTiles, VTile>(o, p_frag, v_buffer(n) + VTile::offset(keys0, chunks0), lane);
-        load_p_half<kMTiles, kNTiles / 2, PTile>(p_frag, cuda::smem_address(exchange), warp_rows0, other_keys0, lane);
+        load_a_fragments<kMTiles, kNTiles / 2, PTile>(p_frag, cuda::smem_address(exchange), warp_rows0, lane,
+                                                      other_keys0 / 8);
         gemm_pv<T, kMTiles, kNTiles / 2, kDTiles, VTile>(o, p_frag, v_buffer(n) + VTile::offset(other_keys0, chunks0),
                                                          lane);
       }

@@ -71,16 +71,19 @@ __device__ __forceinline__ void gemm_qk(cuda::FragC (&s)[kMTiles][kNTiles], cons
     }
 }
 
-// The warp's Q fragments, for gemm_qk from registers.
-template <int kMTiles, int kHeadDim, class QTile>
-__device__ __forceinline__ void load_q_fragments(cuda::FragA (&q)[kMTiles][kHeadDim / 16], uint32_t q_smem, int q_rows0,
-                                                 int lane) {
-  const uint32_t a_offset = QTile::offset(q_rows0 + (lane & 15), lane >> 4);
+// A fragments of kMTiles m16 tiles from rows rows0 .. and kKSteps k16 steps from column 8 chunk0
+// of a swizzled tile (ldmatrix.x4 lanes: rows 0-15 at a k step's chunks 0 | 1): the warp's Q for
+// gemm_qk from registers, or a half of P that the other warp of a pair left in shared memory.
+// chunk0 shares no bit with the chunk steps 0 .. 2 kKSteps - 1 (0, or a multiple of their span).
+template <int kMTiles, int kKSteps, class Tile>
+__device__ __forceinline__ void load_a_fragments(cuda::FragA (&a)[kMTiles][kKSteps], uint32_t tile_smem, int rows0,
+                                                 int lane, int chunk0 = 0) {
+  const uint32_t base = Tile::offset(rows0 + (lane & 15), chunk0 + (lane >> 4));
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk)
-      cuda::ldmatrix_x4(q[mt][kk].x, q_smem + QTile::advance(a_offset, 16 * mt, 2 * kk));
+    for (int kk = 0; kk < kKSteps; ++kk)
+      cuda::ldmatrix_x4(a[mt][kk].x, tile_smem + Tile::advance(base, 16 * mt, 2 * kk));
 }
 
 // P as A fragments: the S accumulators of keys 16 kk .. 16 kk + 15 rounded to T. Done right after
