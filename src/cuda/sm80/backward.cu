@@ -56,7 +56,8 @@ int accum_width(const BackwardParams& p) {
 // costs the same (no band, no varlen, hence no score modifier that skips tiles) and in the
 // non-deterministic mode (the pieces add dK and dV with atomics). FLASHATTN_SM80_BACKWARD_PIECES=k
 // or k,first splits the blocks from `first` (0 if not given) into k pieces instead, or none for
-// k = 1 (tests and measurements).
+// k = 1 (tests and measurements). No split without query rows (the preprocess, which zeroes the
+// pieces' accumulators, does not run). `device`: the current one, null when there is none.
 struct BlockPlan {
   int key_blocks;
   int64_t blocks, split_begin;
@@ -64,7 +65,7 @@ struct BlockPlan {
   int64_t split_floats;  // dkv_accum
 };
 
-BlockPlan block_plan(const BackwardParams& p, const Dims& d, bool score_mods) {
+BlockPlan block_plan(const BackwardParams& p, const Dims& d, bool score_mods, const cuda_host::Device* device) {
   const BackwardInstance* inst = pick_instance(p);
   BlockPlan plan{0, 0, 0, 1, 0};
   if (inst == nullptr) return plan;
@@ -74,8 +75,8 @@ BlockPlan block_plan(const BackwardParams& p, const Dims& d, bool score_mods) {
   plan.split_begin = plan.blocks;
   const cuda_host::KernelBand band = cuda_host::kernel_band(p, d);
   // (Past 2^30 blocks the pieces could overflow the 1-D grid: no split.)
-  if (!tiles.tail_split || p.deterministic || d.varlen || band.window_left >= 0 || band.window_right >= 0 ||
-      p.maybe_mask.data != nullptr || plan.blocks > (int64_t{1} << 30))
+  if (!tiles.tail_split || p.deterministic || d.varlen || d.seqlen_q == 0 || band.window_left >= 0 ||
+      band.window_right >= 0 || p.maybe_mask.data != nullptr || plan.blocks > (int64_t{1} << 30))
     return plan;
   if (const char* forced = std::getenv("FLASHATTN_SM80_BACKWARD_PIECES"); forced != nullptr) {
     plan.pieces = std::clamp(std::atoi(forced), 1, 64);
@@ -83,11 +84,10 @@ BlockPlan block_plan(const BackwardParams& p, const Dims& d, bool score_mods) {
     const int64_t from = first != nullptr ? std::atoll(first + 1) : 0;
     plan.split_begin = plan.pieces == 1 ? plan.blocks : std::clamp<int64_t>(from, 0, plan.blocks);
   } else {
-    cuda_host::Device device;
-    if (!cuda_host::current_device(&device)) return plan;
+    if (device == nullptr) return plan;
     const int64_t steps = d.group * ((d.seqlen_q + tiles.block_m - 1) / tiles.block_m);
     const sm80::TailSplit split =
-        sm80::tail_split(plan.blocks, int64_t{device.multiprocessors} * tiles.min_blocks, steps);
+        sm80::tail_split(plan.blocks, int64_t{device->multiprocessors} * tiles.min_blocks, steps);
     plan.split_begin = split.begin;
     plan.pieces = split.pieces;
   }
@@ -136,7 +136,10 @@ BackwardKernelParams kernel_params(const BackwardParams& p, void* workspace) {
   }
 
   sm80::fill_shape_band_and_mods(k, p, d);
-  const BlockPlan plan = block_plan(p, d, k.has_score_mods());
+  cuda_host::Device device;
+  const bool have_device = cuda_host::current_device(&device);
+  k.dependent_launch = have_device && device.major >= 9;
+  const BlockPlan plan = block_plan(p, d, k.has_score_mods(), have_device ? &device : nullptr);
   k.key_blocks = plan.key_blocks;
   k.split_begin = static_cast<int>(plan.split_begin);
   k.grid_first_block = 0;
@@ -145,6 +148,7 @@ BackwardKernelParams kernel_params(const BackwardParams& p, void* workspace) {
     float* const arrays = k.dq_accum;  // split only in the non-deterministic mode: the start
     k.dkv_accum = arrays + sm80::split_arrays_offset(k.lse_log2 + d.batch * d.heads_q * d.seqlen_q - arrays);
     k.dkv_arrivals = reinterpret_cast<int*>(k.dkv_accum + plan.split_floats);
+    k.dkv_words = plan.split_floats + (plan.blocks - plan.split_begin);
   }
   return k;
 }
@@ -192,7 +196,9 @@ Status cuda_sm80_backward_supported(const BackwardParams& p) {
 
 size_t cuda_sm80_backward_workspace(const BackwardParams& p) {
   const Dims d = resolve_dims(p);
-  const BlockPlan plan = block_plan(p, d, takes_score_mods(p));
+  cuda_host::Device device;
+  const bool have_device = cuda_host::current_device(&device);
+  const BlockPlan plan = block_plan(p, d, takes_score_mods(p), have_device ? &device : nullptr);
   return static_cast<size_t>(sm80::backward_workspace_bytes(
       d.batch, d.heads_q, d.seqlen_q, accum_width(p), p.deterministic,
       plan.pieces > 1 ? plan.blocks - plan.split_begin : 0, plan.split_floats));

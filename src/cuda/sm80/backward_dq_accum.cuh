@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "cuda/primitives/grid_dependency.cuh"
 #include "cuda/primitives/mma.cuh"
 #include "cuda/primitives/reduce.cuh"
 #include "cuda/sm80/backward_params.hpp"
@@ -85,6 +86,7 @@ __global__ void __launch_bounds__(kConvertDqThreads) backward_convert_dq_kernel(
   __shared__ __align__(16) char rows[kBlockM * kRowBytes];
 
   const int i0 = blockIdx.x * kBlockM, h = blockIdx.y, b = blockIdx.z;
+  cuda::wait_for_primary_grid();  // the main kernel's adds (dependent_launch)
   const BackwardSequence seq = backward_sequence(p, b);
   if (i0 >= seq.sq) return;  // varlen: this sequence is shorter than the longest
   const float4* tile = reinterpret_cast<const float4*>(Layout::tile(p, b, h, i0));

@@ -41,6 +41,7 @@
 #include <type_traits>
 
 #include "cuda/primitives/cp_async.cuh"
+#include "cuda/primitives/grid_dependency.cuh"
 #include "cuda/primitives/ldmatrix.cuh"
 #include "cuda/primitives/math.cuh"
 #include "cuda/primitives/mma.cuh"
@@ -173,6 +174,18 @@ __device__ __forceinline__ BlockCoords block_coords(const BackwardKernelParams& 
   return c;
 }
 
+// Programmatic dependent launch (p.dependent_launch; primitives/grid_dependency.cuh). The main
+// kernel follows the preprocess: its blocks issue their K and V loads, then wait for it (D,
+// lse·log2e and the zeroed accumulators), then let the next launch start. The pieces' own launch
+// (grid_first_block > 0) follows the 3-D grid instead, and runs beside its last wave: it shares
+// nothing with it but the dQ accumulator's commutative atomics, and what it reads of the
+// preprocess is complete once every block of the 3-D grid has passed its wait. So it waits for the
+// 3-D grid only before it exits, which keeps the chain's rule (a grid completes after the one
+// before it) for the convert kernel after it.
+__device__ __forceinline__ bool pieces_beside_main_grid(const BackwardKernelParams& p) {
+  return p.grid_first_block > 0;
+}
+
 // A thread's accumulators c added into (kAdd) or read back from (L2, bypassing L1) fp32 memory in
 // fragment order: fragment (mt, nt) of thread tid at (mt kNTiles + nt) · 4 · kThreads + 4 tid, so a
 // warp's 16-byte accesses cover 512 consecutive bytes.
@@ -264,12 +277,20 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
 
   const BlockCoords coords = block_coords<kSplitGrid>(p);
   const int n_block = coords.n_block, h_kv = coords.h_kv, b = coords.b;
+  // Every exit waits for the grid before (pieces_beside_main_grid).
   if constexpr (!kSplitGrid) {  // the split blocks' pieces run in a launch of their own
-    if (p.split_pieces > 1 && (b * (p.heads_q / p.group) + h_kv) * p.key_blocks + n_block >= p.split_begin) return;
+    if (p.split_pieces > 1 && (b * (p.heads_q / p.group) + h_kv) * p.key_blocks + n_block >= p.split_begin) {
+      cuda::wait_for_primary_grid();
+      return;
+    }
   }
+  const bool beside_main = kSplitGrid && pieces_beside_main_grid(p);
   const BackwardSequence seq = backward_sequence(p, b);
   const int j0 = n_block * kBlockN;
-  if (j0 >= seq.sk) return;  // varlen: this sequence is shorter than the longest
+  if (j0 >= seq.sk) {  // varlen: this sequence is shorter than the longest
+    cuda::wait_for_primary_grid();
+    return;
+  }
   const int j1 = min(j0 + kBlockN, seq.sk);
   const Band band{seq.sk, p.bottom_right ? seq.sk - seq.sq : 0, p.window_left, p.window_right};
   const bool varlen = p.maybe_cu_seqlens_q != nullptr;
@@ -334,6 +355,8 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
   KLoad::issue(k_addr, k, p.k_row_stride, j1 - j0, p.head_dim, tid);
   VLoad::issue(v_addr, v, p.v_row_stride, j1 - j0, p.head_dim_v, tid);
   cuda::cp_async_commit();
+  if (!beside_main) cuda::wait_for_primary_grid();  // the preprocess
+  cuda::release_dependent_grid();
   if (steps > 0) issue_step(0, start);
 
   cuda::FragC dk[DkGrid::kMTiles][DkGrid::kNTiles], dv[DvGrid::kMTiles][DvGrid::kNTiles];
@@ -443,7 +466,10 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
   int b_out = b, h_kv_out = h_kv;
   if constexpr (kSplitGrid) {
     const BlockCoords again = block_coords<true>(p);
-    if (again.split && !gather_pieces<kThreads, DkGrid, DvGrid>(p, again.block - p.split_begin, dk, dv, tid)) return;
+    if (again.split && !gather_pieces<kThreads, DkGrid, DvGrid>(p, again.block - p.split_begin, dk, dv, tid)) {
+      if (beside_main) cuda::wait_for_primary_grid();
+      return;
+    }
     b_out = again.b, h_kv_out = again.h_kv;
   }
   store_fragments<T, DkGrid, KTile, false>(smem, dk, dkg, lane);
@@ -476,16 +502,19 @@ __global__ void __launch_bounds__(BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods
     copy_out_rows<KTile, kThreads>(dk_out, p.dk_row_stride, smem, j1 - j0, p.head_dim, tid);
     copy_out_rows<VTile, kThreads>(dv_out, p.dv_row_stride, smem + KTile::kBytes, j1 - j0, p.head_dim_v, tid);
   }
+  if (beside_main) cuda::wait_for_primary_grid();
 }
 
-// Launches the main kernel only, after zeroing the split blocks' accumulators. The plain variant
-// runs its whole blocks on the grid of key blocks x kv heads x batch and, when some are split,
-// their pieces after them on a 1-D grid of their own (the 1-D grid's block coordinates cost the
-// loop registers: 1-1.5% at d = 64 when every block ran on it). The score-modifier variant of a
-// policy with tail_split runs every block and piece on one 1-D grid (BackwardKernelParams). The
-// row kernels around it are the caller's (backward_launch.cuh).
+// Launches the main kernel only (the preprocess has zeroed the split blocks' accumulators). The
+// plain variant runs its whole blocks on the grid of key blocks x kv heads x batch and, when some
+// are split, their pieces after them on a 1-D grid of their own (the 1-D grid's block coordinates
+// cost the loop registers: 1-1.5% at d = 64 when every block ran on it), which with
+// dependent_launch runs beside the 3-D grid's last wave. The score-modifier variant of a policy
+// with tail_split runs every block and piece on one 1-D grid (BackwardKernelParams). The row
+// kernels around it are the caller's (backward_launch.cuh); `dependent`: the first launch here
+// follows the preprocess as its programmatic dependent.
 template <int kHeadDim, int kHeadDimV, class T, bool kScoreMods, bool kSplitGrid>
-cudaError_t launch_backward_grid(const BackwardKernelParams& p, cudaStream_t stream) {
+cudaError_t launch_backward_grid(const BackwardKernelParams& p, bool dependent, cudaStream_t stream) {
   constexpr BackwardTiles kTiles = BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles;
   const auto kernel = backward_kernel<kHeadDim, kHeadDimV, T, kScoreMods, kSplitGrid>;
   constexpr int kSmem = kTiles.smem_bytes();
@@ -493,35 +522,30 @@ cudaError_t launch_backward_grid(const BackwardKernelParams& p, cudaStream_t str
       e != cudaSuccess)
     return e;
   const int64_t blocks = int64_t{p.key_blocks} * (p.heads_q / p.group) * p.batch;
-  if constexpr (kSplitGrid) {
-    const int64_t grid = p.split_begin - p.grid_first_block + (blocks - p.split_begin) * p.split_pieces;
-    kernel<<<static_cast<unsigned>(grid), kTiles.threads(), kSmem, stream>>>(p);
-  } else {
-    kernel<<<dim3(p.key_blocks, p.heads_q / p.group, p.batch), kTiles.threads(), kSmem, stream>>>(p);
-  }
-  return cudaGetLastError();
+  const dim3 grid = kSplitGrid ? dim3(static_cast<unsigned>(p.split_begin - p.grid_first_block +
+                                                            (blocks - p.split_begin) * p.split_pieces))
+                               : dim3(p.key_blocks, p.heads_q / p.group, p.batch);
+  return cuda::launch_kernel(kernel, grid, dim3(kTiles.threads()), kSmem, stream, dependent, p);
 }
 
 template <int kHeadDim, int kHeadDimV, class T, bool kScoreMods>
-cudaError_t launch_backward_main(const BackwardKernelParams& p, cudaStream_t stream) {
+cudaError_t launch_backward_main(const BackwardKernelParams& p, bool dependent, cudaStream_t stream) {
   constexpr BackwardTiles kTiles = BackwardPolicy<kHeadDim, kHeadDimV, kScoreMods>::kTiles;
   if (p.seqlen_k <= 0 || p.batch <= 0 || p.heads_q <= 0) return cudaSuccess;
-  if (p.split_pieces > 1) {  // the split blocks' dK / dV accumulators and arrival counts, contiguous
-    const int64_t split_blocks = int64_t{p.key_blocks} * (p.heads_q / p.group) * p.batch - p.split_begin;
-    const size_t bytes = split_blocks * (int64_t{kTiles.block_n} * (kHeadDim + kHeadDimV) + 1) * 4;
-    if (cudaError_t e = cudaMemsetAsync(p.dkv_accum, 0, bytes, stream); e != cudaSuccess) return e;
-  }
   if constexpr (kTiles.tail_split && kScoreMods) {
-    return launch_backward_grid<kHeadDim, kHeadDimV, T, kScoreMods, true>(p, stream);
+    return launch_backward_grid<kHeadDim, kHeadDimV, T, kScoreMods, true>(p, dependent, stream);
   } else {
-    if (p.split_pieces == 1 || p.split_begin > 0)  // some whole blocks
-      if (cudaError_t e = launch_backward_grid<kHeadDim, kHeadDimV, T, kScoreMods, false>(p, stream); e != cudaSuccess)
+    if (p.split_pieces == 1 || p.split_begin > 0) {  // some whole blocks
+      if (cudaError_t e = launch_backward_grid<kHeadDim, kHeadDimV, T, kScoreMods, false>(p, dependent, stream);
+          e != cudaSuccess)
         return e;
+      dependent = p.dependent_launch;  // the pieces, beside the 3-D grid
+    }
     if constexpr (kTiles.tail_split) {
       if (p.split_pieces > 1) {
         BackwardKernelParams pieces = p;
         pieces.grid_first_block = p.split_begin;
-        return launch_backward_grid<kHeadDim, kHeadDimV, T, kScoreMods, true>(pieces, stream);
+        return launch_backward_grid<kHeadDim, kHeadDimV, T, kScoreMods, true>(pieces, dependent, stream);
       }
     }
     return cudaSuccess;

@@ -1,6 +1,7 @@
 // Definition of launch_backward: preprocess (grid: query row groups, heads_q, batch), the main
 // kernel (one block per key block, kv head and batch, the last ones perhaps split: tail_split in
-// backward_params.hpp; dynamic shared memory from the tile policy), then dQ, in stream order. The
+// backward_params.hpp; dynamic shared memory from the tile policy), then dQ, in stream order (on
+// 9.0 and later the main and convert kernels as programmatic dependents: p.dependent_launch). The
 // main and dQ kernels run their score-modifier variant (softcap, ALiBi, bias, mask) only when one
 // is on, so that the plain path carries none of it. dQ comes from one of two places, chosen by the
 // workspace layout (backward.cu):
@@ -54,13 +55,20 @@ cudaError_t launch_backward_variant(const BackwardKernelParams& p, cudaStream_t 
     const dim3 grid((preprocess_rows(p) + kRows - 1) / kRows, p.heads_q, p.batch);
     backward_preprocess_kernel<T, kLanes><<<grid, kRowKernelWarps * 32, 0, stream>>>(p);
   }
+  // The main kernel reads K and V before it waits for its primary: only the preprocess (launched
+  // after everything before it in the stream) may be that primary.
   if (p.seqlen_k > 0)
-    if (cudaError_t e = launch_backward_main<kHeadDim, kHeadDimV, T, kScoreMods>(p, stream); e != cudaSuccess)
+    if (cudaError_t e = launch_backward_main<kHeadDim, kHeadDimV, T, kScoreMods>(p, p.dependent_launch && has_rows,
+                                                                                stream);
+        e != cudaSuccess)
       return e;
   if (has_rows && !deterministic) {
     constexpr int kBlockM = DqAccumLayout<kHeadDim, kHeadDimV, kScoreMods>::kBlockM;
     const dim3 grid((p.seqlen_q + kBlockM - 1) / kBlockM, p.heads_q, p.batch);
-    backward_convert_dq_kernel<kHeadDim, kHeadDimV, T, kScoreMods><<<grid, kConvertDqThreads, 0, stream>>>(p);
+    if (cudaError_t e = cuda::launch_kernel(backward_convert_dq_kernel<kHeadDim, kHeadDimV, T, kScoreMods>, grid,
+                                            dim3(kConvertDqThreads), 0, stream, p.dependent_launch, p);
+        e != cudaSuccess)
+      return e;
   }
   if (has_rows && deterministic)  // also with seqlen_k = 0: rows that see no key get dQ = 0
     if (cudaError_t e = launch_backward_dq<kHeadDim, kHeadDimV, T, kScoreMods>(p, stream); e != cudaSuccess) return e;

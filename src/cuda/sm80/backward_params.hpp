@@ -75,17 +75,24 @@ struct BackwardKernelParams {
   // split_pieces pieces each, a piece taking an equal share of the block's
   // steps; the pieces add their dK and dV into dkv_accum (fp32, in the order of the dK / dV
   // fragments, Bc · (d + dv) floats per split block, both the instantiation's widths) and count
-  // themselves in dkv_arrivals, and the last to arrive writes dK and dV. Both arrays are zeroed
-  // before the main kernel; null when split_pieces is 1.
+  // themselves in dkv_arrivals, and the last to arrive writes dK and dV. Both arrays (contiguous:
+  // dkv_words 4-byte words in all) are zeroed by the preprocess kernel; null and 0 when
+  // split_pieces is 1.
   int key_blocks;
   int split_begin;
   int split_pieces;
   float* dkv_accum;
   int* dkv_arrivals;
+  int64_t dkv_words;
   // On the 1-D grid: the block (or piece) that blockIdx.x 0 runs. 0 for one launch of every block;
   // split_begin where the plain variant runs the whole blocks on the 3-D grid and the pieces in a
   // launch of their own.
   int grid_first_block;
+
+  // Compute capability 9.0 or later: the kernels after the preprocess are launched as programmatic
+  // dependents of the one before them (primitives/grid_dependency.cuh), so that each starts while
+  // the one before drains, and the split blocks' pieces run beside the main grid's last wave.
+  bool dependent_launch;
 
   bool has_score_mods() const {
     return softcap != 0.0f || maybe_alibi_slopes != nullptr || maybe_bias != nullptr || maybe_mask != nullptr;

@@ -1,6 +1,7 @@
 // The sm80 backward's row kernels and the indexing they share with the main kernels:
 //   preprocess: D = rowsum(dO ∘ O) (over head_dim_v) and lse·log2(e) per query row into the workspace, and the fp32
-//               dQ accumulator zeroed, padding included (when the workspace has one: p.dq_accum not null);
+//               dQ accumulator zeroed, padding included (when the workspace has one: p.dq_accum not null),
+//               and the split blocks' accumulators (p.dkv_words);
 // (the convert kernel, which reads the accumulator's fragment order, is in backward_dq_accum.cuh).
 // Rows that see no key (lse = -inf) get lse·log2e = +inf, so their P is exp2(-inf) = 0.
 #pragma once
@@ -11,6 +12,7 @@
 
 #include <cstdint>
 
+#include "cuda/primitives/grid_dependency.cuh"
 #include "cuda/primitives/math.cuh"
 #include "cuda/primitives/mma.cuh"
 #include "cuda/sm80/backward_params.hpp"
@@ -62,8 +64,13 @@ template <> struct Pair<__nv_bfloat16> {
 // The preprocess kernel: kLanesPerRow lanes per query row (the row's 8-element chunks, one per
 // lane: head dims up to 8 kLanesPerRow), so a warp covers 32 / kLanesPerRow rows at once, and
 // kPreprocessPasses such groups of rows; every lane issues all of its loads before the first sum.
+// It also zeroes the split blocks' dK / dV accumulators and arrival counts (p.dkv_words words),
+// spread over all of its threads, and lets the main kernel start at once (dependent_launch): the
+// main kernel's blocks load K and V, then wait for this grid to complete.
+// Passes measured at d = 64, 2k-16k rows per head: 2 beats 4 by 0-0.7% of the whole backward, and 8
+// is worse (docs/perf.md).
 inline constexpr int kRowKernelWarps = 4;
-inline constexpr int kPreprocessPasses = 4;
+inline constexpr int kPreprocessPasses = 2;
 template <int kLanesPerRow>
 inline constexpr int kPreprocessRowsPerBlock = kRowKernelWarps * kPreprocessPasses * (32 / kLanesPerRow);
 
@@ -87,6 +94,7 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32) backward_preprocess_kern
   const int row0 = blockIdx.x * kPreprocessRowsPerBlock<kLanesPerRow> + warp * kPreprocessPasses * kRowsPerPass +
                    lane / kLanesPerRow;
   const auto row_of_pass = [&](int pass) { return row0 + pass * kRowsPerPass; };
+  cuda::release_dependent_grid();
 
   uint4 ov[kPreprocessPasses], dv[kPreprocessPasses];
 #pragma unroll
@@ -129,6 +137,14 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32) backward_preprocess_kern
       acc[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       acc[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
+  }
+  if (p.dkv_words > 0) {  // 16-byte aligned (backward_params.hpp), the last words one at a time
+    const int64_t threads = int64_t{gridDim.x} * gridDim.y * gridDim.z * blockDim.x;
+    const int64_t first = ((int64_t{blockIdx.z} * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x +
+                          threadIdx.x;
+    for (int64_t x = first; x < p.dkv_words / 4; x += threads)
+      reinterpret_cast<float4*>(p.dkv_accum)[x] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int64_t x = p.dkv_words / 4 * 4 + first; x < p.dkv_words; x += threads) p.dkv_accum[x] = 0.0f;
   }
 }
 
