@@ -6,7 +6,9 @@
 //       first (the tiles that need the per-element mask come first), into `stages` K and V slots,
 //       and the item's Q tile right after its first K tile; full[slot] completes when a tile's
 //       bytes land (expect_tx), empty[slot] when every consumer thread has finished reading it.
-//       Q waits for q_empty: the consumers stage the previous item's O through the Q tile.
+//       Q waits for q_empty: the consumers stage the previous item's O through the Q tile. Order:
+//       K(0), Q, V(0), K(1), V(1), ...; under the overlap schedule K(0), Q, K(1), V(0), K(2),
+//       V(1), ... (K(i + 1) before V(i), kKAhead below).
 //   consumer warpgroup c (C of them, 64 rows each):  per tile, S = Q Kᵀ (wgmma from shared memory),
 //       release K, mask, online softmax in registers on the accumulator layout, O += P V with P from
 //       registers (wgmma_rs, V read MN-major), release V; then O / l and lse, written through the
@@ -20,6 +22,7 @@
 // wait. Steps 2-3 (pipelined): in phases; phase j issues S(j) and O += P(j-1) V(j-1) together (the
 // first phase S(0) alone, the last P(N-1) V(N-1) alone), then computes the softmax of S(j):
 //   overlap   after wgmma_wait<1> (S(j) done, P(j-1) V(j-1) still running), else after wait<0>;
+//             the wait for P(j-1) V(j-1) follows the softmax in SASS too (end_basic_block);
 //   pingpong  phases are issued in turns, consumer 0, 1, ..., C-1, 0, ... (GemmTurns below), one
 //             ring over all of the block's items.
 // o *= alpha(j-1) happens just before O += P(j-1) V(j-1) is issued, when o is not in flight.
@@ -27,8 +30,10 @@
 // Slot protocol: the block's K/V tiles are numbered 0, 1, ... in issue order over all its items;
 // tile number g uses slot g % stages in round g / stages; consumers wait full with parity round & 1;
 // the producer waits empty with parity (round & 1) ^ 1, which passes at once in round 0
-// (mbarrier.cuh). Q likewise: the block's L-th Q load (items without visible key tiles load none)
-// completes q_full's phase L, and waits for q_empty's phase L - 1. No barrier is initialised twice.
+// (mbarrier.cuh). K and V have barriers of their own, so issuing K(g + 1) before V(g) changes no
+// barrier's sequence. Q likewise: the block's L-th Q load (items without visible key tiles load
+// none) completes q_full's phase L, and waits for q_empty's phase L - 1. No barrier is initialised
+// twice.
 //
 // Pack-GQA (p.pack_gqa, tile_scheduler.cuh): a tile's rows interleave the query heads of one kv
 // head, which no TMA box describes; the producer then loads K and V only, and each consumer warp
@@ -116,6 +121,14 @@ __device__ __forceinline__ void keep_alive(const uint32_t (&a)[kRows][4]) {
 __device__ __forceinline__ int opaque(int x) {
   asm volatile("" : "+r"(x)::"memory");
   return x;
+}
+
+// Ends ptxas's basic block here: a branch that it cannot remove, to a trap never reached (x is never
+// -1). ptxas schedules a wgmma wait, an instruction without operands, as early as its basic block
+// lets it, ahead of independent work written before it (even in straight-line code); a wait
+// written after this stays after that work.
+__device__ __forceinline__ void end_basic_block(int x) {
+  if (opaque(x) == -1) __trap();
 }
 
 // A consumer thread's place: consumer c (warpgroup c + 1), warp of the warpgroup (warp-uniform,
@@ -211,6 +224,10 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
   constexpr int kS = kBlockN / 2;   // S accumulators per thread
   constexpr int kO = kHeadDim / 2;  // O accumulators per thread
   constexpr int kPSteps = kBlockN / 16;
+  // The producer issues K(i + 1) before V(i) under the overlap schedule (FlashAttention-3's order):
+  // K(i + 1)'s slot frees when S(i - 1) is done, V(i)'s when P(i - 2) V(i - 2) is, which there is
+  // after the softmax of S(i - 1); issued first, K(i + 1) no longer queues behind V(i).
+  constexpr bool kKAhead = kTiles.overlap;
 
   extern __shared__ uint8_t smem_raw[];
   __shared__ alignas(8) Barriers<kStages> bars;
@@ -253,15 +270,21 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
         const WorkTile w = work_tile<kBlockM, kBlockN, false>(p, item);
         const int n_tiles = w.tiles.count();
         const int h_kv = w.h / p.group;
-        for (int i = 0; i < n_tiles; ++i, ++g) {
-          const int slot = slot_of(g), row = w.k_row0 + w.key_tile_start<kBlockN>(w.tiles.n_end - 1 - i);
-          const uint32_t empty_parity = parity_of(g) ^ 1;
-          hw::mbarrier_wait(bar(bars.k_empty[slot]), empty_parity);
-          hw::mbarrier_arrive_expect_tx(bar(bars.k_full[slot]), KTile::kBytes);
+        // The item's tile i (key tile n_end - 1 - i) is the block's K/V tile g + i, into K's or V's
+        // slot (tiles of one shape, KTile) once that slot's empty barrier passes.
+        const auto load_tile = [&](uint64_t(&full)[kStages], uint64_t(&empty)[kStages], uint32_t slot_addr0,
+                                   const CUtensorMap& map, int i) {
+          const int tile = g + i, slot = slot_of(tile);
+          const int row = w.k_row0 + w.key_tile_start<kBlockN>(w.tiles.n_end - 1 - i);
+          hw::mbarrier_wait(bar(empty[slot]), parity_of(tile) ^ 1);
+          hw::mbarrier_arrive_expect_tx(bar(full[slot]), KTile::kBytes);
 #pragma unroll
           for (int cb = 0; cb < KTile::kColBlocks; ++cb)
-            hw::tma_load(k_slot(slot) + KTile::col_block_offset(cb), p.k_map, bar(bars.k_full[slot]),
+            hw::tma_load(slot_addr0 + slot * KTile::kBytes + KTile::col_block_offset(cb), map, bar(full[slot]),
                          hw::kSw128Cols * cb, row, h_kv, w.tma_batch);
+        };
+        for (int i = 0; i < n_tiles; ++i) {
+          if (i == 0 || !kKAhead) load_tile(bars.k_full, bars.k_empty, k_addr0, p.k_map, i);
           if (i == 0 && !p.pack_gqa) {  // Q, once the consumers are done with the previous item's O
                                          // (pack-GQA: the consumers copy Q themselves)
             hw::mbarrier_wait(bar(bars.q_empty), static_cast<uint32_t>(q_loads & 1) ^ 1);
@@ -272,13 +295,10 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
                            w.q_row0 + w.q_tile_row0, w.h, w.tma_batch);
             ++q_loads;
           }
-          hw::mbarrier_wait(bar(bars.v_empty[slot]), empty_parity);
-          hw::mbarrier_arrive_expect_tx(bar(bars.v_full[slot]), VTile::kBytes);
-#pragma unroll
-          for (int cb = 0; cb < VTile::kColBlocks; ++cb)
-            hw::tma_load(v_slot(slot) + VTile::col_block_offset(cb), p.v_map, bar(bars.v_full[slot]),
-                         hw::kSw128Cols * cb, row, h_kv, w.tma_batch);
+          if (kKAhead && i + 1 < n_tiles) load_tile(bars.k_full, bars.k_empty, k_addr0, p.k_map, i + 1);
+          load_tile(bars.v_full, bars.v_empty, v_addr0, p.v_map, i);
         }
+        g += n_tiles;
       }
     }
     return;
@@ -429,6 +449,9 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
             release_k(g);
             modify_scores(s, g);
             softmax.update(s, score_scale_log2, alpha);
+            // The row maxima and exponentials run under P(g-1) V(g-1) only if the wait stays
+            // here: ptxas would otherwise move it up to the top of the block, above them.
+            end_basic_block(g);
             hw::wgmma_wait<0>();
             hw::wgmma_fence_operand(o);
             keep_alive(pa);

@@ -10,7 +10,8 @@
 //   pingpong  step 2: the consumers take turns issuing their GEMMs, in a ring of named barriers,
 //             so that the tensor cores run the others' GEMMs while one computes its softmax;
 //   overlap   step 3: S(j) = Q K(j)ᵀ and O += P(j-1) V(j-1) are issued together and the softmax of
-//             S(j) runs while P(j-1) V(j-1) is in flight (one more S tile of registers).
+//             S(j) runs while P(j-1) V(j-1) is in flight (one more S tile of registers); the
+//             producer then issues K(j+1) before V(j).
 // Both off: step 1's schedule (S, softmax, P V, one GEMM at a time).
 #pragma once
 
