@@ -23,6 +23,7 @@
 // first phase S(0) alone, the last P(N-1) V(N-1) alone), then computes the softmax of S(j):
 //   overlap   after wgmma_wait<1> (S(j) done, P(j-1) V(j-1) still running), else after wait<0>;
 //             the wait for P(j-1) V(j-1) follows the softmax in SASS too (end_basic_block);
+//             phases that mask and phases that do not run apart (WorkTile::whole_tiles);
 //   pingpong  phases are issued in turns, consumer 0, 1, ..., C-1, 0, ... (GemmTurns below), one
 //             ring over all of the block's items.
 // o *= alpha(j-1) happens just before O += P(j-1) V(j-1) is issued, when o is not in flight.
@@ -47,6 +48,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/primitives/ldmatrix.cuh"  // smem_address
 #include "cuda/primitives/math.cuh"
@@ -224,10 +226,11 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
   constexpr int kS = kBlockN / 2;   // S accumulators per thread
   constexpr int kO = kHeadDim / 2;  // O accumulators per thread
   constexpr int kPSteps = kBlockN / 16;
+  constexpr bool kOverlap = kTiles.overlap;  // a scalar: the generic lambda below cannot read kTiles
   // The producer issues K(i + 1) before V(i) under the overlap schedule (FlashAttention-3's order):
   // K(i + 1)'s slot frees when S(i - 1) is done, V(i)'s when P(i - 2) V(i - 2) is, which there is
   // after the softmax of S(i - 1); issued first, K(i + 1) no longer queues behind V(i).
-  constexpr bool kKAhead = kTiles.overlap;
+  constexpr bool kKAhead = kOverlap;
 
   extern __shared__ uint8_t smem_raw[];
   __shared__ alignas(8) Barriers<kStages> bars;
@@ -325,8 +328,6 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
     const uint32_t q_slice = q_addr + slice_row0 * hw::kSw128Bytes;  // rows 64 c.. of every column block
     const GemmTurns<kTiles.consumers, kTiles.pingpong> turns{c};
     const int row0 = w.q_tile_row0 + warp_row0 + g_row;  // this thread's queries: row0 and row0 + 8
-    // Tiles that every row of the item sees whole skip the per-element mask.
-    const sm80::KeyRange full = w.band.keys_seen_by_all(w.i0, w.i1);
 
     float o[kO];
     // 1 / l and lse per row; an item without key tiles: O = 0 (not staged), lse = -inf.
@@ -335,6 +336,14 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
     // The parts of one tile, by its K/V tile number g of the block: the item's tiles are g_begin ..
     // g_end - 1, g holding key tile n = n_top - g (the walk goes from the last visible one down).
     const int g_begin = progress.tiles(), g_end = g_begin + n_tiles, n_top = w.tiles.n_end - 1 + g_begin;
+    // The key tiles that every row sees whole skip the per-element mask: one run of the walk, the
+    // block's tiles g_whole_begin .. g_whole_end - 1 (none: both g_end). The tiles before it hold
+    // the causal diagonal, the right window edge and the end of the sequence (varlen tail boxes
+    // too), those after it the left window edge.
+    const TileRange whole = w.whole_tiles<kBlockN>();
+    const int g_whole_begin = whole.count() > 0 ? n_top + 1 - whole.n_end : g_end;
+    const int g_whole_end = whole.count() > 0 ? n_top + 1 - whole.n_begin : g_end;
+    const auto masked = [&](int g) { return g < g_whole_begin || g >= g_whole_end; };
     const auto wait_k = [&](int g) { hw::mbarrier_wait(bar(bars.k_full[slot_of(g)]), parity_of(g)); };
     const auto wait_v = [&](int g) { hw::mbarrier_wait(bar(bars.v_full[slot_of(g)]), parity_of(g)); };
     const auto release_k = [&](int g) { hw::mbarrier_arrive(bar(bars.k_empty[slot_of(g)])); };
@@ -361,17 +370,17 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
       hw::wgmma_commit();
       hw::wgmma_fence_operand(acc);
     };
-    // Scores of tile g -> final logits (softcap) -> masked where not every row sees the tile whole
-    // (a varlen tail box, which starts before its tile, is never seen whole: it runs past sk).
-    const auto modify_scores = [&](float(&s)[kS], int g) {
+    // Scores of tile g -> final logits (softcap) -> masked if `mask` (masked(g), or a constant where
+    // the phase is known to need the mask or not).
+    const auto modify_scores = [&](float(&s)[kS], int g, bool mask) {
       if constexpr (kSoftcap) {
 #pragma unroll
         for (int x = 0; x < kS; ++x) s[x] = sm80::ScoreMods::capped(s[x], p.softcap, p.softcap_to_exp2);
       }
-      const int n = n_top - g, j0 = n * kBlockN;
-      if (j0 < full.lo || j0 + kBlockN > full.hi) {
+      if (mask) {
+        const int n = n_top - g;
         const int query[2] = {p.pack_gqa ? row0 / p.group : row0, p.pack_gqa ? (row0 + 8) / p.group : row0 + 8};
-        apply_band_mask(s, w.band, query, w.key_tile_start<kBlockN>(n), j0, quad_lane);
+        apply_band_mask(s, w.band, query, w.key_tile_start<kBlockN>(n), n * kBlockN, quad_lane);
       }
     };
     const auto to_p = [](uint32_t(&pa)[kPSteps][4], const float(&s)[kS]) {
@@ -403,7 +412,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
           hw::wgmma_fence_operand(s);
           release_k(g);
 
-          modify_scores(s, g);
+          modify_scores(s, g, masked(g));
           softmax.update(s, o, score_scale_log2);
           uint32_t pa[kPSteps][4];
           to_p(pa, s);
@@ -430,11 +439,14 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
           hw::wgmma_wait<0>();
           hw::wgmma_fence_operand(s);
           release_k(g_begin);
-          modify_scores(s, g_begin);
+          modify_scores(s, g_begin, masked(g_begin));
           softmax.update(s, score_scale_log2, alpha);
           to_p(pa, s);
         }
-        for (int g = g_begin + 1; g < g_end; ++g) {
+        // Phase g - g_begin (0 < g - g_begin < N): S(g) and O += P(g-1) V(g-1), then the softmax of
+        // S(g). `mask`: std::true_type or std::false_type (the phase does or does not need the mask,
+        // known at compile time), or masked(g).
+        const auto phase = [&](int g, auto mask) {
           float s[kS];
           wait_k(g);
           wait_v(g - 1);
@@ -443,11 +455,11 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
           OnlineSoftmax::rescale(o, alpha);
           issue_pv(o, pa, g - 1);
           turns.pass();
-          if constexpr (kTiles.overlap) {
+          if constexpr (kOverlap) {
             hw::wgmma_wait<1>();  // S(g) done; P(g-1) V(g-1) may still run
             hw::wgmma_fence_operand(s);
             release_k(g);
-            modify_scores(s, g);
+            modify_scores(s, g, mask);
             softmax.update(s, score_scale_log2, alpha);
             // The row maxima and exponentials run under P(g-1) V(g-1) only if the wait stays
             // here: ptxas would otherwise move it up to the top of the block, above them.
@@ -463,10 +475,23 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
             keep_alive(pa);
             release_k(g);
             release_v(g - 1);
-            modify_scores(s, g);
+            modify_scores(s, g, mask);
             softmax.update(s, score_scale_log2, alpha);
           }
           to_p(pa, s);
+        };
+        if constexpr (kOverlap) {
+          // In runs of phases that all mask or all do not: masked up to u0, unmasked up to u1,
+          // masked again up to g_end (u0 = u1 when no tile after the first is seen whole).
+          const int u0 = max(g_whole_begin, g_begin + 1), u1 = max(g_whole_end, u0);
+          int g = g_begin + 1;
+          for (int masked_end = u0;; masked_end = g_end) {
+            for (; g < masked_end; ++g) phase(g, std::true_type{});
+            if (masked_end == g_end) break;
+            for (; g < u1; ++g) phase(g, std::false_type{});
+          }
+        } else {
+          for (int g = g_begin + 1; g < g_end; ++g) phase(g, masked(g));
         }
         // Phase N: P(N-1) V(N-1) alone.
         wait_v(g_end - 1);

@@ -42,14 +42,22 @@
 
 namespace flashattn::detail::sm90 {
 
+// gridDim.x, read where used: ptxas otherwise keeps it in a register across the consumers' main
+// loop, and at d = 256 spills it.
+__device__ __forceinline__ int grid_blocks() {
+  int g;
+  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(g));
+  return g;
+}
+
 // The block's k-th item (k = 0, 1, ...; the block is done at the first one >= p.num_items), and
 // the same walk step by step: block_item(p, k + 1) = next_item(p, block_item(p, k)).
 __device__ __forceinline__ int block_item(const ForwardKernelParams& p, int k) {
-  const int x = static_cast<int>(blockIdx.x), g = static_cast<int>(gridDim.x);
+  const int x = static_cast<int>(blockIdx.x), g = grid_blocks();
   return p.pair_tiles ? 2 * (x + (k >> 1) * g) + (k & 1) : x + k * g;
 }
 __device__ __forceinline__ int next_item(const ForwardKernelParams& p, int item) {
-  const int g = static_cast<int>(gridDim.x);
+  const int g = grid_blocks();
   return !p.pair_tiles ? item + g : (item & 1) ? item + 2 * g - 1 : item + 1;
 }
 
@@ -79,6 +87,16 @@ struct WorkTile {
   template <int kBlockN>
   __device__ __forceinline__ int key_tile_start(int n) const {
     return shift_tail ? min(n * kBlockN, sk - kBlockN) : n * kBlockN;
+  }
+
+  // The key tiles that every row sees whole, so that they skip the per-element mask: the n of
+  // `tiles` whose keys [n Bc, (n + 1) Bc) lie inside band.keys_seen_by_all = [lo, hi) (lo, hi >= 0),
+  // n Bc >= lo and (n + 1) Bc <= hi, so n in [ceil(lo / Bc), floor(hi / Bc)): one run, maybe empty.
+  // A tail box that key_tile_start moves back is never one: its tile runs past sk >= hi.
+  template <int kBlockN>
+  __device__ __forceinline__ TileRange whole_tiles() const {
+    const sm80::KeyRange all = band.keys_seen_by_all(i0, i1);
+    return {max((all.lo + kBlockN - 1) / kBlockN, tiles.n_begin), min(all.hi / kBlockN, tiles.n_end)};
   }
 };
 
