@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The GPU backward's price of determinism: flashattn.attention_backward with deterministic=False (dQ
 added with fp32 atomics) and True (dQ from a kernel of its own, no atomics) on the same inputs, beside
-PyTorch SDPA flash's backward, timed the same way (CUDA events, median after warm-up). Also checks
+PyTorch SDPA flash's backward, timed together the same way (time_interleaved: CUDA events, median of
+rotating rounds after warm-up). Also checks
 that two deterministic runs give the same bits. bf16, 16k total tokens, hidden 2048, as issue 3's grid.
 
     PYTHONPATH=<site with flashattn> python3 tools/gpu/bench_deterministic.py [--dims 64,128,256] [--seqlens 8192]
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
-from bench_sdpa import time_ms  # the same timing as the forward/backward benchmark (tools/gpu)
+from bench_sdpa import time_interleaved  # the same timing as the forward/backward benchmark (tools/gpu)
 
 
 def main():
@@ -31,23 +32,18 @@ def main():
                 q, k, v, do = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
                 out, lse = flashattn.attention(q, k, v, causal=causal, return_lse=True)
                 flops = 2.5 * 4 * b * h * n * n * d * (0.5 if causal else 1.0)
-                row = [d, n, causal]
-                first = None
-                for det in (False, True):
-                    fn = lambda: flashattn.attention_backward(do, q, k, v, out, lse, causal=causal, deterministic=det)
-                    ms = time_ms(fn)
-                    row.append(flops / ms / 1e9)
-                    if det:
-                        first = fn()
-                        again = fn()
-                        row.append(all(torch.equal(a, b_) for a, b_ in zip(first, again)))
+                fns = {det: (lambda det=det: flashattn.attention_backward(do, q, k, v, out, lse, causal=causal,
+                                                                          deterministic=det))
+                       for det in (False, True)}
+                first, again = fns[True](), fns[True]()
+                same = all(torch.equal(a, b_) for a, b_ in zip(first, again))
                 qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                     o_ref = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
                 dot = do.transpose(1, 2)
-                ms = time_ms(lambda: torch.autograd.grad(o_ref, (qt, kt, vt), dot, retain_graph=True))
-                row.append(flops / ms / 1e9)
-                rows.append(row)
+                fns["flash"] = lambda: torch.autograd.grad(o_ref, (qt, kt, vt), dot, retain_graph=True)
+                tflops = {name: flops / ms / 1e9 for name, ms in time_interleaved(fns).items()}
+                rows.append([d, n, causal, tflops[False], tflops[True], same, tflops["flash"]])
                 del q, k, v, do, out, lse, qt, kt, vt, o_ref, first
                 torch.cuda.empty_cache()
     print("backward TFLOP/s, bf16, 16k tokens, hidden 2048: atomics vs deterministic vs SDPA flash")
