@@ -7,7 +7,7 @@
 //       and the item's Q tile right after its first K tile; full[slot] completes when a tile's
 //       bytes land (expect_tx), empty[slot] when every consumer thread has finished reading it.
 //       Q waits for q_empty: the consumers stage the previous item's O through the Q tile. Order:
-//       K(0), Q, V(0), K(1), V(1), ...; under the overlap schedule K(0), Q, K(1), V(0), K(2),
+//       K(0), Q, V(0), K(1), V(1), ...; with the policy's exp_under_pv K(0), Q, K(1), V(0), K(2),
 //       V(1), ... (K(i + 1) before V(i), kKAhead below).
 //   consumer warpgroup c (C of them, 64 rows each):  per tile, S = Q Kᵀ (wgmma from shared memory),
 //       release K, mask, online softmax in registers on the accumulator layout, O += P V with P from
@@ -22,7 +22,8 @@
 // wait. Steps 2-3 (pipelined): in phases; phase j issues S(j) and O += P(j-1) V(j-1) together (the
 // first phase S(0) alone, the last P(N-1) V(N-1) alone), then computes the softmax of S(j):
 //   overlap   after wgmma_wait<1> (S(j) done, P(j-1) V(j-1) still running), else after wait<0>;
-//             the wait for P(j-1) V(j-1) follows the softmax in SASS too (end_basic_block);
+//             with exp_under_pv the wait for P(j-1) V(j-1) follows the softmax in SASS too
+//             (end_basic_block; else ptxas hoists it above the exponentials);
 //             phases that mask and phases that do not run apart (WorkTile::whole_tiles);
 //   pingpong  phases are issued in turns, consumer 0, 1, ..., C-1, 0, ... (GemmTurns below), one
 //             ring over all of the block's items.
@@ -146,12 +147,13 @@ __device__ __forceinline__ ConsumerThread consumer_thread() {
 }
 
 // The consumers' progress over the block's items, in one register (the main loop at d = 256 leaves
-// none to spare): the item counter k; the K/V tiles consumed so far, modulo 8 (a tile's slot and
-// round parity repeat every 2 stages tiles); q_full's parity (Q tiles consumed, modulo 2); whether
-// the ring of turns has started (a tile was consumed).
+// none to spare): the item counter k; the K/V tiles consumed so far, modulo 2 stages (a tile's slot
+// and round parity repeat every 2 stages tiles; at most 8, in 3 bits); q_full's parity (Q tiles
+// consumed, modulo 2); whether the ring of turns has started (a tile was consumed).
 template <int kStages>
 struct Progress {
-  static_assert(8 % (2 * kStages) == 0, "slot and round parity must repeat within the 3 bits kept");
+  static constexpr int kTileModulus = 2 * kStages;
+  static_assert(kTileModulus <= 8, "slot and round parity must repeat within the 3 bits kept");
   static constexpr uint32_t kTileBits = 7, kQOdd = 8, kStarted = 16, kItemShift = 5;
   uint32_t bits = 0;
 
@@ -163,7 +165,7 @@ struct Progress {
   __device__ __forceinline__ void next_item(int n_tiles) {
     const uint32_t item = (bits >> kItemShift) + 1;
     if (n_tiles > 0)
-      bits = (static_cast<uint32_t>(tiles() + n_tiles) & kTileBits) | ((bits & kQOdd) ^ kQOdd) | kStarted;
+      bits = static_cast<uint32_t>((tiles() + n_tiles) % kTileModulus) | ((bits & kQOdd) ^ kQOdd) | kStarted;
     bits = (bits & ((1u << kItemShift) - 1)) | (item << kItemShift);
   }
 };
@@ -227,10 +229,11 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
   constexpr int kO = kHeadDim / 2;  // O accumulators per thread
   constexpr int kPSteps = kBlockN / 16;
   constexpr bool kOverlap = kTiles.overlap;  // a scalar: the generic lambda below cannot read kTiles
-  // The producer issues K(i + 1) before V(i) under the overlap schedule (FlashAttention-3's order):
-  // K(i + 1)'s slot frees when S(i - 1) is done, V(i)'s when P(i - 2) V(i - 2) is, which there is
-  // after the softmax of S(i - 1); issued first, K(i + 1) no longer queues behind V(i).
-  constexpr bool kKAhead = kOverlap;
+  // With exp_under_pv the producer issues K(i + 1) before V(i) (FlashAttention-3's order): K(i + 1)'s
+  // slot frees when S(i - 1) is done, V(i)'s when P(i - 2) V(i - 2) is, which is then after the
+  // softmax of S(i - 1); issued first, K(i + 1) no longer queues behind V(i).
+  constexpr bool kExpUnderPv = kTiles.exp_under_pv;
+  constexpr bool kKAhead = kExpUnderPv;
 
   extern __shared__ uint8_t smem_raw[];
   __shared__ alignas(8) Barriers<kStages> bars;
@@ -463,7 +466,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
             softmax.update(s, score_scale_log2, alpha);
             // The row maxima and exponentials run under P(g-1) V(g-1) only if the wait stays
             // here: ptxas would otherwise move it up to the top of the block, above them.
-            end_basic_block(g);
+            if constexpr (kExpUnderPv) end_basic_block(g);
             hw::wgmma_wait<0>();
             hw::wgmma_fence_operand(o);
             keep_alive(pa);

@@ -24,6 +24,10 @@ struct ForwardTiles {
   int stages;      // K tiles and V tiles in flight
   int producer_registers, consumer_registers;
   bool pingpong, overlap;  // the consumers' schedule (above)
+  bool exp_under_pv;       // with overlap: the wait for P(j-1) V(j-1) held after the softmax of S(j)
+                           // (forward_kernel.cuh, end_basic_block), and the producer's K(j+1)
+                           // issued before V(j); false: ptxas places that wait before the
+                           // exponentials, and V(j-1) frees earlier
   bool persistent;         // step 4: one block per multiprocessor looping over work items
                            // (tile_scheduler.cuh); false: one block per item (host side only)
 
@@ -58,13 +62,13 @@ struct ForwardTiles {
 // 160 registers; its causal pairs balance worse), so d = 64 keeps one block per item.
 constexpr ForwardTiles forward_tiles(int head_dim) {
   switch (head_dim) {
-    //               d  consumers  Bc stages registers (producer, consumer) pingpong overlap persistent
-    case 64: return {64, 3, 128, 2, 32, 160, true, false, false};
-    case 96: return {96, 2, 128, 2, 40, 232, true, true, true};
-    case 128: return {128, 2, 128, 2, 40, 232, true, true, true};
-    case 192: return {192, 2, 96, 2, 40, 232, false, true, true};
-    case 256: return {256, 2, 80, 2, 24, 240, false, true, true};
-    default: return {0, 0, 0, 0, 0, 0, false, false, false};
+    //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv persistent
+    case 64: return {64, 3, 128, 2, 32, 160, true, false, false, false};
+    case 96: return {96, 2, 128, 2, 40, 232, true, true, false, true};
+    case 128: return {128, 2, 128, 2, 40, 232, true, true, false, true};
+    case 192: return {192, 2, 96, 2, 40, 232, false, true, false, true};
+    case 256: return {256, 2, 80, 2, 24, 240, false, true, false, true};
+    default: return {0, 0, 0, 0, 0, 0, false, false, false, false};
   }
 }
 
@@ -95,6 +99,8 @@ struct ForwardPolicy {
                 "each consumer has its own named barriers");
   static_assert(!kTiles.pingpong || kTiles.consumers >= 2, "taking turns needs two consumers or more");
   static_assert(kTiles.stages >= 2, "the K/V pipeline needs two stages to overlap loads with compute");
+  static_assert(kTiles.stages <= 4, "the consumers keep the tile count modulo 2 stages in 3 bits");
+  static_assert(!kTiles.exp_under_pv || kTiles.overlap, "exp_under_pv is a variant of the overlap schedule");
   static_assert(kTiles.smem_bytes() <= kMaxSmemBytes, "shared memory per block");
   static_assert(kTiles.producer_registers + kTiles.consumers * kTiles.consumer_registers <=
                     (1 + kTiles.consumers) * kTiles.launch_registers(),
