@@ -177,8 +177,8 @@ std::vector<Case> varlen_cases() {
 // and the K/V pipeline, q_full/q_empty and the consumers' ring of turns carry over from item to
 // item; causal and not, windows, and Sq > Sk under causal masking, where whole items see no key
 // tile (their rows O = 0, lse = -inf, no Q loaded) between items that do. The policy runs d = 64
-// with one block per item (policy.hpp: `persistent`), so its cases check that launch shape;
-// FLASHATTN_SM90_PERSISTENT=1 in the environment runs them persistent as well.
+// persistent only without a band (policy.hpp: `persistent`), so its causal cases check one block
+// per item; FLASHATTN_SM90_PERSISTENT=1 in the environment runs them persistent as well.
 std::vector<Case> persistent_cases() {
   std::vector<Case> cases;
   constexpr DType kBf16 = DType::kBFloat16, kFp16 = DType::kFloat16;

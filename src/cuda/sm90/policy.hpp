@@ -17,6 +17,14 @@
 
 namespace flashattn::detail::sm90 {
 
+// When the grid is persistent (step 4: one block per multiprocessor looping over work items,
+// tile_scheduler.cuh) rather than one block per item; host side only, the kernel is the same.
+enum class Persistence {
+  kNever,
+  kUniformItems,  // when every item costs the same: no causal/window band, no varlen
+  kAlways,
+};
+
 struct ForwardTiles {
   int head_dim;    // of q, k, v, o: the instantiation serves every multiple of 8 up to this
   int consumers;   // consumer warpgroups
@@ -28,8 +36,7 @@ struct ForwardTiles {
                            // (forward_kernel.cuh, end_basic_block), and the producer's K(j+1)
                            // issued before V(j); false: ptxas places that wait before the
                            // exponentials, and V(j-1) frees earlier
-  bool persistent;         // step 4: one block per multiprocessor looping over work items
-                           // (tile_scheduler.cuh); false: one block per item (host side only)
+  Persistence persistent;
 
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kRowsPerConsumer = 64;
@@ -59,16 +66,18 @@ struct ForwardTiles {
 // is live across the main loop; the producer (TMA issue and the item walk) fits in 24.
 // Persistent: measured against one block per item in one run (docs/perf.md, step 4): +3-8% at
 // d = 256 and on short or causal d = 128 shapes, -2 to -7% at d = 64 (three consumers at 157 of
-// 160 registers; its causal pairs balance worse), so d = 64 keeps one block per item.
+// 160 registers; its causal pairs balance worse). Measured again on 2026-12-02 (docs/perf.md): at
+// d = 64 persistent non-causal gains 4% at n = 2k and is even at 8k-16k, causal loses 6% at n = 2k,
+// so d = 64 is persistent only where its items all cost the same.
 constexpr ForwardTiles forward_tiles(int head_dim) {
   switch (head_dim) {
     //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv persistent
-    case 64: return {64, 3, 128, 2, 32, 160, true, false, false, false};
-    case 96: return {96, 2, 128, 2, 40, 232, true, true, false, true};
-    case 128: return {128, 2, 128, 2, 40, 232, true, true, false, true};
-    case 192: return {192, 2, 96, 2, 40, 232, false, true, false, true};
-    case 256: return {256, 2, 80, 2, 24, 240, false, true, false, true};
-    default: return {0, 0, 0, 0, 0, 0, false, false, false, false};
+    case 64: return {64, 3, 128, 2, 32, 160, true, false, false, Persistence::kUniformItems};
+    case 96: return {96, 2, 128, 2, 40, 232, true, true, false, Persistence::kAlways};
+    case 128: return {128, 2, 128, 2, 40, 232, true, true, false, Persistence::kAlways};
+    case 192: return {192, 2, 96, 2, 40, 232, false, true, false, Persistence::kAlways};
+    case 256: return {256, 2, 80, 2, 24, 240, false, true, false, Persistence::kAlways};
+    default: return {0, 0, 0, 0, 0, 0, false, false, false, Persistence::kNever};
   }
 }
 
