@@ -63,6 +63,8 @@ struct BlockPlan {
   int64_t blocks, split_begin;
   int pieces;
   int64_t split_floats;  // dkv_accum
+
+  int64_t split_blocks() const { return pieces > 1 ? blocks - split_begin : 0; }  // dkv_arrivals
 };
 
 BlockPlan block_plan(const BackwardParams& p, const Dims& d, bool score_mods, const cuda_host::Device* device) {
@@ -92,7 +94,7 @@ BlockPlan block_plan(const BackwardParams& p, const Dims& d, bool score_mods, co
     plan.pieces = split.pieces;
   }
   if (plan.pieces > 1)
-    plan.split_floats = (plan.blocks - plan.split_begin) * tiles.block_n * (inst->head_dim + inst->head_dim_v);
+    plan.split_floats = plan.split_blocks() * tiles.block_n * (inst->head_dim + inst->head_dim_v);
   return plan;
 }
 
@@ -148,7 +150,7 @@ BackwardKernelParams kernel_params(const BackwardParams& p, void* workspace) {
     float* const arrays = k.dq_accum;  // split only in the non-deterministic mode: the start
     k.dkv_accum = arrays + sm80::split_arrays_offset(k.lse_log2 + d.batch * d.heads_q * d.seqlen_q - arrays);
     k.dkv_arrivals = reinterpret_cast<int*>(k.dkv_accum + plan.split_floats);
-    k.dkv_words = plan.split_floats + (plan.blocks - plan.split_begin);
+    k.dkv_words = plan.split_floats + plan.split_blocks();
   }
   return k;
 }
@@ -201,7 +203,7 @@ size_t cuda_sm80_backward_workspace(const BackwardParams& p) {
   const BlockPlan plan = block_plan(p, d, takes_score_mods(p), have_device ? &device : nullptr);
   return static_cast<size_t>(sm80::backward_workspace_bytes(
       d.batch, d.heads_q, d.seqlen_q, accum_width(p), p.deterministic,
-      plan.pieces > 1 ? plan.blocks - plan.split_begin : 0, plan.split_floats));
+      plan.split_blocks(), plan.split_floats));
 }
 
 Status cuda_sm80_backward(const BackwardParams& p, void* workspace, void* stream) {

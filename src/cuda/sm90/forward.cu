@@ -83,16 +83,18 @@ std::string schedule_limits(const Dims& d, int block_m) {
 }
 
 // The persistent grid (one block per multiprocessor) where the head dim's policy asks for it, else
-// one block per work item (the launch shape of steps 1-3). `uniform`: every item costs the same (no
-// band, no varlen). FLASHATTN_SM90_PERSISTENT=0 or 1 in the environment (read once; for
-// measurements) overrides the policy for every head dim.
-bool persistent_schedule(const ForwardTiles& tiles, bool uniform) {
+// one block per work item (the launch shape of steps 1-3), for the problem of k (its band and
+// varlen fields set: kUniformItems asks that every item cost the same, no band and no varlen).
+// FLASHATTN_SM90_PERSISTENT=0 or 1 in the environment (read once; for measurements) overrides the
+// policy for every head dim.
+bool persistent_schedule(const ForwardTiles& tiles, const ForwardKernelParams& k) {
   static const int forced = [] {
     const char* env = std::getenv("FLASHATTN_SM90_PERSISTENT");
     if (env == nullptr) return -1;
     return std::strcmp(env, "0") == 0 ? 0 : 1;
   }();
   if (forced >= 0) return forced == 1;
+  const bool uniform = k.window_left < 0 && k.window_right < 0 && k.maybe_cu_seqlens_q == nullptr;
   return tiles.persistent == sm90::Persistence::kAlways ||
          (tiles.persistent == sm90::Persistence::kUniformItems && uniform);
 }
@@ -152,8 +154,7 @@ Status kernel_params(const ForwardParams& p, const Instance& inst, ForwardKernel
   const int64_t rows = k->pack_gqa ? d.seqlen_q * d.group : d.seqlen_q;
   // Tiles of unequal cost (a band) are paired for the persistent grid's static stride.
   k->m_blocks = static_cast<int>((rows + tiles.block_m() - 1) / tiles.block_m());
-  const bool banded = band.window_left >= 0 || band.window_right >= 0;
-  k->pair_tiles = banded && persistent_schedule(tiles, /*uniform=*/false);
+  k->pair_tiles = (band.window_left >= 0 || band.window_right >= 0) && persistent_schedule(tiles, *k);
   const int64_t per_head = k->pair_tiles ? 2 * ((k->m_blocks + 1) / 2) : k->m_blocks;
   k->num_items = static_cast<int>(per_head * d.batch * k->item_heads);
   k->softcap = p.softcap;
@@ -179,8 +180,7 @@ int multiprocessors(int device) {
 // The grid: one block per multiprocessor (a block takes nearly all of one's shared memory), each
 // running work items in a loop (paired items two at a time); or one block per item.
 int grid_blocks(const ForwardKernelParams& k, const ForwardTiles& tiles, int device) {
-  const bool uniform = k.window_left < 0 && k.window_right < 0 && k.maybe_cu_seqlens_q == nullptr;
-  const int sms = persistent_schedule(tiles, uniform) ? multiprocessors(device) : 0;
+  const int sms = persistent_schedule(tiles, k) ? multiprocessors(device) : 0;
   const int units = k.pair_tiles ? k.num_items / 2 : k.num_items;  // what the stride runs over
   return sms > 0 ? std::min(sms, units) : units;
 }

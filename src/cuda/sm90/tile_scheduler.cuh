@@ -44,7 +44,7 @@ namespace flashattn::detail::sm90 {
 
 // gridDim.x, read where used: ptxas otherwise keeps it in a register across the consumers' main
 // loop, and at d = 256 spills it.
-__device__ __forceinline__ int grid_blocks() {
+__device__ __forceinline__ int blocks_in_grid() {
   int g;
   asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(g));
   return g;
@@ -53,11 +53,11 @@ __device__ __forceinline__ int grid_blocks() {
 // The block's k-th item (k = 0, 1, ...; the block is done at the first one >= p.num_items), and
 // the same walk step by step: block_item(p, k + 1) = next_item(p, block_item(p, k)).
 __device__ __forceinline__ int block_item(const ForwardKernelParams& p, int k) {
-  const int x = static_cast<int>(blockIdx.x), g = grid_blocks();
+  const int x = static_cast<int>(blockIdx.x), g = blocks_in_grid();
   return p.pair_tiles ? 2 * (x + (k >> 1) * g) + (k & 1) : x + k * g;
 }
 __device__ __forceinline__ int next_item(const ForwardKernelParams& p, int item) {
-  const int g = grid_blocks();
+  const int g = blocks_in_grid();
   return !p.pair_tiles ? item + g : (item & 1) ? item + 2 * g - 1 : item + 1;
 }
 
