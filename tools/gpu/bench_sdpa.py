@@ -14,6 +14,7 @@ them: 4 * batch * heads * n * n * d, halved under causal masking. Each input set
 import argparse
 import ctypes
 import json
+import random
 import statistics
 import sys
 
@@ -96,21 +97,24 @@ def time_ms(fn, warmup=3, reps=10):
     return statistics.median(times)
 
 
-def time_interleaved(fns, warmup=3, rounds=8, reps=4):
+def time_interleaved(fns, warmup=3, rounds=8, reps=4, seed=0):
     """Median ms per call of each of fns (name -> callable), timed in rounds: every round times each
-    entry once, the order rotated from round to round, so that a clock that drifts during the run
-    (the card warming up under a fast kernel) weighs on every entry alike instead of on whichever
-    runs after the hottest one. A sample is the CUDA-event time of `reps` calls queued back to back
-    behind one untimed call, divided by reps: the device time of the calls, without the host's
-    launch overhead (which the queue hides) or an idle gap before the first."""
+    entry once, in an order drawn afresh each round (a seeded shuffle), so that a clock that drifts
+    during the run (the card warming up under a fast kernel, or cooling after a slow one) weighs on
+    every entry alike: a rotated order would have each entry always follow the same neighbour (the
+    first build listed after cuDNN measured 5-9% above a copy of itself listed later, at n = 16k). A
+    sample is the CUDA-event time of `reps` calls queued back to back behind one untimed call,
+    divided by reps: the device time of the calls, without the host's launch overhead (which the
+    queue hides) or an idle gap before the first."""
     names = list(fns)
+    order = random.Random(seed)
     for name in names:
         for _ in range(warmup):
             fns[name]()
     times = {name: [] for name in names}
-    for r in range(rounds):
-        for i in range(len(names)):
-            fn = fns[names[(i + r) % len(names)]]
+    for _ in range(rounds):
+        for name in order.sample(names, len(names)):
+            fn = fns[name]
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             fn()
             start.record()
@@ -118,7 +122,7 @@ def time_interleaved(fns, warmup=3, rounds=8, reps=4):
                 fn()
             end.record()
             end.synchronize()
-            times[names[(i + r) % len(names)]].append(start.elapsed_time(end) / reps)
+            times[name].append(start.elapsed_time(end) / reps)
     return {name: statistics.median(t) for name, t in times.items()}
 
 

@@ -2,7 +2,7 @@
 """The sm80 backward (or, with --forward sm80|sm90, one forward path) of several builds of the GPU
 shim (kernel variants, policies) timed side by side with SDPA's flash backward (forward: flash and
 cuDNN), on the same inputs, in one process: the A/B harness behind the entries of docs/perf.md.
-Timing as bench_sdpa.py (time_interleaved: CUDA events, median of rounds in rotating order, after
+Timing as bench_sdpa.py (time_interleaved: CUDA events, median of rounds in shuffled order, after
 warm-up); each build's dQ (forward: O) is checked against flash's.
 
     python3 tools/gpu/compare_backward.py --lib v0=build/a/libflashattn_shim.so --lib v1=build/b/...

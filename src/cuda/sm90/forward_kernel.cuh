@@ -6,17 +6,19 @@
 //       first (the tiles that need the per-element mask come first), into `stages` K and V slots,
 //       and the item's Q tile right after its first K tile; full[slot] completes when a tile's
 //       bytes land (expect_tx), empty[slot] when every consumer thread has finished reading it.
-//       Q waits for q_empty: the consumers stage the previous item's O through the Q tile. Order:
+//       Q waits for q_empty, which the consumers pass once the previous item's last S = Q Kᵀ is
+//       done (its last P V and epilogue still to run). Order:
 //       K(0), Q, V(0), K(1), V(1), ...; with the policy's exp_under_pv K(0), Q, K(1), V(0), K(2),
 //       V(1), ... (K(i + 1) before V(i), kKAhead below).
 //   consumer warpgroup c (C of them, 64 rows each):  per tile, S = Q Kᵀ (wgmma from shared memory),
-//       release K, mask, online softmax in registers on the accumulator layout, O += P V with P from
-//       registers (wgmma_rs, V read MN-major), release V; then O / l and lse, written through the
-//       consumer's own rows of the Q tile with 16-byte stores, rows outside the item not written;
-//       then q_empty.
+//       release K, mask, online softmax in registers on the accumulator layout, O += P V with P
+//       from registers (wgmma_rs, V read MN-major), release V; Q (q_empty) as the item's last P V
+//       is issued; then O / l and lse, stored from registers to global memory (16 bytes per thread
+//       and store after a transpose within each quad of lanes), rows outside the item not written.
 //
-// So the producer loads the next item's first K/V tiles while the consumers run the current
-// item's last GEMMs and epilogue, and its Q as soon as they are done with the Q tile.
+// So the producer loads the next item's Q and first K/V tiles while the consumers run the current
+// item's last P V and epilogue: in a persistent block the next item's first S finds them loaded
+// when that tail outlasts the loads.
 //
 // The consumers' schedule is the policy's (policy.hpp). Step 1 (serial): S(j), wait, softmax, P V,
 // wait. Steps 2-3 (pipelined): in phases; phase j issues S(j) and O += P(j-1) V(j-1) together (the
@@ -174,9 +176,9 @@ struct Progress {
 // item rows w.q_tile_row0 + warp_row0 ..), copied from global memory with 16-byte loads into the
 // 128-byte-swizzled layout that TMA would have written; rows past the item's end and columns past
 // the head dim are zeros, as TMA's out-of-bounds fill. Tile row t holds pack-GQA row
-// r = w.q_tile_row0 + t: query r / group of head w.h + r % group. The caller fences (generic ->
-// async proxy) and syncs its warpgroup before wgmma reads the tile; the __syncwarp orders the copy
-// after the previous item's epilogue, whose reads of these rows were by other lanes of this warp.
+// r = w.q_tile_row0 + t: query r / group of head w.h + r % group. The caller syncs its
+// warpgroup before (the previous item's S GEMMs read these rows) and after, fenced (generic -> async
+// proxy), before wgmma reads the tile.
 template <int kHeadDim, class QTile, class T>
 __device__ __forceinline__ void copy_packed_q(const ForwardKernelParams& p, const WorkTile& w, uint8_t* q_smem,
                                               int warp_row0, int lane) {
@@ -197,13 +199,34 @@ __device__ __forceinline__ void copy_packed_q(const ForwardKernelParams& p, cons
                                                     int64_t{w.h + g} * p.q_head_stride + chunk * 8);
     }
   }
-  __syncwarp();
 #pragma unroll
   for (int step = 0; step < kSteps; ++step) {
     const int chunk_index = lane + 32 * step;
     const int row = chunk_index / kChunksPerRow, chunk = chunk_index % kChunksPerRow;
     *reinterpret_cast<uint4*>(q_smem + QTile::offset(warp_row0 + row, chunk * 8)) = value[step];
   }
+}
+
+// The 4 x 4 transpose of 32-bit words within a quad of lanes (lanes 4 i .. 4 i + 3, every lane of
+// the warp taking part): lane `quad` passes w[0..3] and gets back word `quad` of each lane of the
+// quad, in lane order. Two butterfly steps, exchanging single words with the lane quad ^ 1, then
+// pairs with quad ^ 2.
+__device__ __forceinline__ uint4 transpose_quad(const uint32_t* w, int quad) {
+  uint32_t x[4] = {w[0], w[1], w[2], w[3]};
+  const bool odd = quad & 1, upper = quad & 2;
+#pragma unroll
+  for (int i = 0; i < 4; i += 2) {  // words i, i + 1: swap the off-diagonal ones of the 2 x 2 block
+    const uint32_t sent = odd ? x[i] : x[i + 1];
+    const uint32_t got = __shfl_xor_sync(0xffffffffu, sent, 1);
+    if (odd) x[i] = got; else x[i + 1] = got;
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {  // the pairs (0, 1) and (2, 3): swap the off-diagonal 2 x 2 blocks
+    const uint32_t sent = upper ? x[i] : x[i + 2];
+    const uint32_t got = __shfl_xor_sync(0xffffffffu, sent, 2);
+    if (upper) x[i] = got; else x[i + 2] = got;
+  }
+  return make_uint4(x[0], x[1], x[2], x[3]);
 }
 
 // The block's mbarriers.
@@ -272,7 +295,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
       hw::tma_prefetch_descriptor(p.v_map);
       int g = 0;        // K/V tiles issued so far
       int q_loads = 0;  // Q tiles loaded so far
-      for (int item = block_item(p, 0); item < p.num_items; item = next_item(p, item)) {
+      for (int k = 0, item; (item = block_item(p, k)) < p.num_items; ++k) {
         const WorkTile w = work_tile<kBlockM, kBlockN, false>(p, item);
         const int n_tiles = w.tiles.count();
         const int h_kv = w.h / p.group;
@@ -351,6 +374,11 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
     const auto wait_v = [&](int g) { hw::mbarrier_wait(bar(bars.v_full[slot_of(g)]), parity_of(g)); };
     const auto release_k = [&](int g) { hw::mbarrier_arrive(bar(bars.k_empty[slot_of(g)])); };
     const auto release_v = [&](int g) { hw::mbarrier_arrive(bar(bars.v_empty[slot_of(g)])); };
+    // Once the item's last S is done, the Q tile is free for the next item's TMA load (wgmma read
+    // it through the async proxy, which the load writes through; pack-GQA: no TMA, no q_empty).
+    const auto release_q = [&] {
+      if (!p.pack_gqa) hw::mbarrier_arrive(bar(bars.q_empty));
+    };
     // S = Q K(g)ᵀ, issued and committed as one group; s belongs to the tensor cores until a wait
     // retires the group (then wgmma_fence_operand(s)).
     const auto issue_s = [&](float(&s)[kS], int g) {
@@ -393,8 +421,11 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
 
     if (n_tiles > 0) {
       if (p.pack_gqa) {
-        // Each warp copies its 16 rows of the Q tile; then every thread's stores are made visible
-        // to the async proxy (wgmma reads Q through it) and the warpgroup meets before its first S.
+        // Each warp copies its 16 rows of the Q tile, once every warp of its warpgroup is past the
+        // previous item's S GEMMs (which read those rows; the warpgroup meets first); then every
+        // thread's stores are made visible to the async proxy (wgmma reads Q through it) and the
+        // warpgroup meets again before its first S.
+        hw::named_barrier_sync(static_cast<int>(NamedBarrier::kConsumerEpilogue) + c, hw::kWarpgroupThreads);
         copy_packed_q<kHeadDim, QTile, T>(p, w, q_smem, warp_row0, lane);
         hw::fence_proxy_async_shared();
         hw::named_barrier_sync(static_cast<int>(NamedBarrier::kConsumerEpilogue) + c, hw::kWarpgroupThreads);
@@ -414,6 +445,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
           hw::wgmma_wait<0>();
           hw::wgmma_fence_operand(s);
           release_k(g);
+          if (g == g_end - 1) release_q();
 
           modify_scores(s, g, masked(g));
           softmax.update(s, o, score_scale_log2);
@@ -496,7 +528,9 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
         } else {
           for (int g = g_begin + 1; g < g_end; ++g) phase(g, masked(g));
         }
-        // Phase N: P(N-1) V(N-1) alone.
+        // Phase N: P(N-1) V(N-1) alone. S(N-1) is done: Q is free (released here rather than in
+        // the last phase, which would cost a test in every phase and, at d = 256, registers).
+        release_q();
         wait_v(g_end - 1);
         turns.take(false);
         OnlineSoftmax::rescale(o, alpha);
@@ -512,51 +546,45 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
     }
 
     // ---- Epilogue: O / l and lse -------------------------------------------------------------------
-    // O goes through this consumer's own rows of the Q tile, which only its wgmmas read; the barrier
-    // makes sure every warp of the warpgroup is past its last one. An item without key tiles loaded
-    // no Q: its rows are zeros, stored without the Q tile (the next item's Q may be landing there).
-    const bool staged = n_tiles > 0;
-    hw::named_barrier_sync(static_cast<int>(NamedBarrier::kConsumerEpilogue) + c, hw::kWarpgroupThreads);
-    const int e_lane = opaque(lane), e_warp_row0 = opaque(warp_row0);
-    const int e_g = e_lane / 4, e_quad = e_lane % 4;
-    if (staged) {
+    // Straight from the accumulators to global memory: the Q tile may already hold the next item's
+    // Q. O / l is packed to T first (half the registers of o), and the item resolved after that.
+    // Thread (g, quad) of a warp holds rows g and g + 8 of the warp's 16, columns 8 j + 2 quad and
+    // + 1 of every 8-column group j; a 4 x 4 transpose within the quad (transpose_quad) gives each
+    // thread whole groups instead, so that a warp's store covers 64 contiguous bytes of 8 rows. An
+    // item without key tiles (o never written) stores zeros.
+    static_assert(kO % 16 == 0, "the epilogue transposes four 8-column groups at a time (head dim % 32 == 0)");
+    uint32_t o_packed[2][kO / 4];
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
 #pragma unroll
       for (int j = 0; j < kO / 4; ++j)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const uint32_t packed =
-              cuda::MmaType<T>::pack(o[acc_index(j, r, 0)] * inv_l[r], o[acc_index(j, r, 1)] * inv_l[r]);
-          *reinterpret_cast<uint32_t*>(q_smem + QTile::offset(e_warp_row0 + e_g + 8 * r, 8 * j + 2 * e_quad)) =
-              packed;
-        }
-    }
-    __syncwarp();
+        o_packed[r][j] = n_tiles > 0 ? cuda::MmaType<T>::pack(o[acc_index(j, r, 0)] * inv_l[r],
+                                                              o[acc_index(j, r, 1)] * inv_l[r])
+                                     : 0u;
+    const int e_lane = opaque(lane), e_warp_row0 = opaque(warp_row0);
+    const int e_g = e_lane / 4, e_quad = e_lane % 4;
 
     // The item's rows and addresses, resolved again rather than kept in registers over the main loop.
     const WorkTile e = work_tile<kBlockM, kBlockN, true>(p, block_item(p, opaque(progress.k())));
-    // Each warp stores its 16 rows (rows warp_r0 .. of the item's row space), 16 bytes per lane and
-    // step, those of the item only; a row's place is (query, head) = (row, e.h), or under pack-GQA
-    // (row / group, e.h + row % group).
+    // The warp's rows are warp_r0 .. warp_r0 + 15 of the item's row space, those of the item stored
+    // only; a row's place is (query, head) = (row, e.h), or under pack-GQA (row / group, e.h + row %
+    // group).
     const int warp_r0 = e.q_tile_row0 + e_warp_row0;
     const auto query_head = [&](int row) {
       const int query = p.pack_gqa ? row / p.group : row;
       return int2{query, e.h + (row - (p.pack_gqa ? query * p.group : row))};
     };
     T* out = static_cast<T*>(p.o) + e.b * p.o_batch_stride + int64_t{e.q_row0} * p.o_row_stride;
-    constexpr int kChunksPerRow = kHeadDim / 8;
-    static_assert(16 * kChunksPerRow % 32 == 0, "a warp's 16 rows split evenly over its lanes");
 #pragma unroll
-    for (int step = 0; step < 16 * kChunksPerRow / 32; ++step) {
-      const int chunk_index = e_lane + 32 * step;
-      const int row = chunk_index / kChunksPerRow, chunk = chunk_index % kChunksPerRow;
-      const int item_row = warp_r0 + row;
-      if (item_row >= e.r0 && item_row < e.r1 && chunk * 8 < p.head_dim) {
-        const uint4 value =
-            staged ? *reinterpret_cast<const uint4*>(q_smem + QTile::offset(e_warp_row0 + row, chunk * 8))
-                   : make_uint4(0, 0, 0, 0);
-        const int2 qh = query_head(item_row);
-        *reinterpret_cast<uint4*>(out + int64_t{qh.x} * p.o_row_stride + int64_t{qh.y} * p.o_head_stride +
-                                  chunk * 8) = value;
+    for (int r = 0; r < 2; ++r) {
+      const int item_row = warp_r0 + e_g + 8 * r;
+      const int2 qh = query_head(item_row);
+      T* out_row = out + int64_t{qh.x} * p.o_row_stride + int64_t{qh.y} * p.o_head_stride + 8 * e_quad;
+#pragma unroll
+      for (int j4 = 0; j4 < kO / 16; ++j4) {  // groups 4 j4 .. 4 j4 + 3; this thread stores 4 j4 + quad
+        const uint4 group = transpose_quad(&o_packed[r][4 * j4], e_quad);
+        if (item_row >= e.r0 && item_row < e.r1 && 8 * (4 * j4 + e_quad) < p.head_dim)
+          *reinterpret_cast<uint4*>(out_row + 32 * j4) = group;
       }
     }
     if (p.maybe_lse != nullptr && e_quad == 0) {
@@ -570,13 +598,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
         }
       }
     }
-    if (staged && !p.pack_gqa) {
-      // The Q tile is free for the next item's TMA load: this thread's shared-memory reads and
-      // writes are ordered before the async proxy's writes, then released to the producer.
-      hw::fence_proxy_async_shared();
-      hw::mbarrier_arrive(bar(bars.q_empty));
-    }
-    progress.next_item(n_tiles);
+    progress.next_item(e.tiles.count());  // n_tiles, not kept in a register over the epilogue
   }
   const GemmTurns<kTiles.consumers, kTiles.pingpong> turns{consumer_thread().c};
   turns.finish(/*any_phase=*/progress.started());

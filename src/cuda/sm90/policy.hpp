@@ -68,11 +68,14 @@ struct ForwardTiles {
 // d = 256 and on short or causal d = 128 shapes, -2 to -7% at d = 64 (three consumers at 157 of
 // 160 registers; its causal pairs balance worse). Measured again on 2026-12-02 (docs/perf.md): at
 // d = 64 persistent non-causal gains 4% at n = 2k and is even at 8k-16k, causal loses 6% at n = 2k,
-// so d = 64 is persistent only where its items all cost the same.
+// so d = 64 was persistent only where its items all cost the same (kUniformItems). Since the Q tile
+// is released after an item's last S (the next item's Q loads under its tail) and the pairs' walk
+// rotates (tile_scheduler.cuh), persistent causal d = 64 gains 7% at n = 2k and 6% at 4k, is even
+// at 8k-16k (docs/perf.md, 2026-12-02): persistent always.
 constexpr ForwardTiles forward_tiles(int head_dim) {
   switch (head_dim) {
     //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv persistent
-    case 64: return {64, 3, 128, 2, 32, 160, true, false, false, Persistence::kUniformItems};
+    case 64: return {64, 3, 128, 2, 32, 160, true, false, false, Persistence::kAlways};
     case 96: return {96, 2, 128, 2, 40, 232, true, true, false, Persistence::kAlways};
     case 128: return {128, 2, 128, 2, 40, 232, true, true, false, Persistence::kAlways};
     case 192: return {192, 2, 96, 2, 40, 232, false, true, false, Persistence::kAlways};

@@ -13,8 +13,10 @@
 //     busiest block 1.5-1.9x the average in a simulation of the benchmark's shapes, against
 //     1.00-1.04x for the hardware's own dynamic launch of one block per item). Items are paired:
 //     pair j of a (batch, head) is tile M-1-j (heavy, run first) then tile j (light), every pair
-//     costing about the same (M + 1 tiles under causal masking); block x runs pairs x, x + G, ... (items 2x, 2x + 1, 2(x + G), 2(x + G) + 1, ...):
-//     1.03x at d = 128 and 256, 1.05-1.16x at d = 64 (few 192-row tiles) in the same simulation.
+//     costing about the same (M + 1 tiles under causal masking); block x runs one pair of each
+//     round of G pairs, pair x of the first (items 2x, 2x + 1), rotated by one block each round
+//     after (block_item): 1.03x at d = 128 and 256, 1.03-1.06x at d = 64 (few 192-row tiles) in
+//     the same simulation.
 // A dynamic scheduler (an atomic counter) would balance better still but needs device workspace,
 // which the forward has never asked of its callers.
 //
@@ -50,15 +52,17 @@ __device__ __forceinline__ int blocks_in_grid() {
   return g;
 }
 
-// The block's k-th item (k = 0, 1, ...; the block is done at the first one >= p.num_items), and
-// the same walk step by step: block_item(p, k + 1) = next_item(p, block_item(p, k)).
+// The block's k-th item (k = 0, 1, ...; the block is done at the first one >= p.num_items: the
+// walk is increasing). Paired items: round r = k / 2 of the stride covers pairs r G .. r G + G - 1,
+// and block x takes pair r G + (x + r) % G of it, a rotation by one block a round. Without it a
+// block would take pair x + r G, the same pair j of every (batch, head) whenever G is a multiple of
+// the pairs per head (d = 64, n = 2k: 132 blocks, 6 pairs, the sixth a lone middle tile at half the
+// cost: the busiest block 1.16x the average in the simulation above, 1.03x rotated).
 __device__ __forceinline__ int block_item(const ForwardKernelParams& p, int k) {
   const int x = static_cast<int>(blockIdx.x), g = blocks_in_grid();
-  return p.pair_tiles ? 2 * (x + (k >> 1) * g) + (k & 1) : x + k * g;
-}
-__device__ __forceinline__ int next_item(const ForwardKernelParams& p, int item) {
-  const int g = blocks_in_grid();
-  return !p.pair_tiles ? item + g : (item & 1) ? item + 2 * g - 1 : item + 1;
+  if (!p.pair_tiles) return x + k * g;
+  const int r = k >> 1;
+  return 2 * (r * g + (x + r) % g) + (k & 1);
 }
 
 // Which key tiles the item's rows see: [n_begin, n_end), walked from n_end - 1 down.
