@@ -251,6 +251,9 @@ std::vector<Case> pack_gqa_cases() {
   // Persistent grid: 6 batch x 6 kv heads x 7 tiles of 128 rows (group 8), several items per block.
   cases.push_back(causal(make(kBf16, 6, 100, 256, 48, 6, 128)));
   cases.push_back(make(kFp16, 6, 100, 256, 48, 6, 192));
+  // Causal pairs over more than one round of the stride (80 heads x 2 pairs of 192-row tiles = 160
+  // pairs, more than the H200's 132 blocks), so the rotated walk hands out the second round.
+  cases.push_back(causal(make(kBf16, 5, 400, 400, 16, 16, 64)));
   return cases;
 }
 
