@@ -176,9 +176,9 @@ std::vector<Case> varlen_cases() {
 // 132 multiprocessors (batch 3 x 20 heads x 6-8 query tiles), so that every block runs many items
 // and the K/V pipeline, q_full/q_empty and the consumers' ring of turns carry over from item to
 // item; causal and not, windows, and Sq > Sk under causal masking, where whole items see no key
-// tile (their rows O = 0, lse = -inf, no Q loaded) between items that do. The policy runs d = 64
-// persistent only without a band (policy.hpp: `persistent`), so its causal cases check one block
-// per item; FLASHATTN_SM90_PERSISTENT=1 in the environment runs them persistent as well.
+// tile (their rows O = 0, lse = -inf, no Q loaded) between items that do. The policy runs every
+// head dim persistent (policy.hpp: `persistent`); FLASHATTN_SM90_PERSISTENT=0 in the environment
+// runs these cases with one block per item instead.
 std::vector<Case> persistent_cases() {
   std::vector<Case> cases;
   constexpr DType kBf16 = DType::kBFloat16, kFp16 = DType::kFloat16;

@@ -2,7 +2,7 @@
 """The GPU backward's price of determinism: flashattn.attention_backward with deterministic=False (dQ
 added with fp32 atomics) and True (dQ from a kernel of its own, no atomics) on the same inputs, beside
 PyTorch SDPA flash's backward, timed together the same way (time_interleaved: CUDA events, median of
-rotating rounds after warm-up). Also checks
+rounds in shuffled order after warm-up). Also checks
 that two deterministic runs give the same bits. bf16, 16k total tokens, hidden 2048, as issue 3's grid.
 
     PYTHONPATH=<site with flashattn> python3 tools/gpu/bench_deterministic.py [--dims 64,128,256] [--seqlens 8192]

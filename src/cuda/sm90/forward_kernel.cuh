@@ -207,28 +207,6 @@ __device__ __forceinline__ void copy_packed_q(const ForwardKernelParams& p, cons
   }
 }
 
-// The 4 x 4 transpose of 32-bit words within a quad of lanes (lanes 4 i .. 4 i + 3, every lane of
-// the warp taking part): lane `quad` passes w[0..3] and gets back word `quad` of each lane of the
-// quad, in lane order. Two butterfly steps, exchanging single words with the lane quad ^ 1, then
-// pairs with quad ^ 2.
-__device__ __forceinline__ uint4 transpose_quad(const uint32_t* w, int quad) {
-  uint32_t x[4] = {w[0], w[1], w[2], w[3]};
-  const bool odd = quad & 1, upper = quad & 2;
-#pragma unroll
-  for (int i = 0; i < 4; i += 2) {  // words i, i + 1: swap the off-diagonal ones of the 2 x 2 block
-    const uint32_t sent = odd ? x[i] : x[i + 1];
-    const uint32_t got = __shfl_xor_sync(0xffffffffu, sent, 1);
-    if (odd) x[i] = got; else x[i + 1] = got;
-  }
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {  // the pairs (0, 1) and (2, 3): swap the off-diagonal 2 x 2 blocks
-    const uint32_t sent = upper ? x[i] : x[i + 2];
-    const uint32_t got = __shfl_xor_sync(0xffffffffu, sent, 2);
-    if (upper) x[i] = got; else x[i + 2] = got;
-  }
-  return make_uint4(x[0], x[1], x[2], x[3]);
-}
-
 // The block's mbarriers.
 template <int kStages>
 struct Barriers {
@@ -549,9 +527,9 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
     // Straight from the accumulators to global memory: the Q tile may already hold the next item's
     // Q. O / l is packed to T first (half the registers of o), and the item resolved after that.
     // Thread (g, quad) of a warp holds rows g and g + 8 of the warp's 16, columns 8 j + 2 quad and
-    // + 1 of every 8-column group j; a 4 x 4 transpose within the quad (transpose_quad) gives each
-    // thread whole groups instead, so that a warp's store covers 64 contiguous bytes of 8 rows. An
-    // item without key tiles (o never written) stores zeros.
+    // + 1 of every 8-column group j; a 4 x 4 transpose within the quad (cuda::transpose_quad) gives
+    // each thread whole groups instead, so that a warp's store covers 64 contiguous bytes of 8 rows.
+    // An item without key tiles (o never written) stores zeros.
     static_assert(kO % 16 == 0, "the epilogue transposes four 8-column groups at a time (head dim % 32 == 0)");
     uint32_t o_packed[2][kO / 4];
 #pragma unroll
@@ -582,7 +560,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
       T* out_row = out + int64_t{qh.x} * p.o_row_stride + int64_t{qh.y} * p.o_head_stride + 8 * e_quad;
 #pragma unroll
       for (int j4 = 0; j4 < kO / 16; ++j4) {  // groups 4 j4 .. 4 j4 + 3; this thread stores 4 j4 + quad
-        const uint4 group = transpose_quad(&o_packed[r][4 * j4], e_quad);
+        const uint4 group = cuda::transpose_quad(&o_packed[r][4 * j4], e_quad);
         if (item_row >= e.r0 && item_row < e.r1 && 8 * (4 * j4 + e_quad) < p.head_dim)
           *reinterpret_cast<uint4*>(out_row + 32 * j4) = group;
       }
