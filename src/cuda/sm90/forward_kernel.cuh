@@ -20,13 +20,22 @@
 // item's last P V and epilogue: in a persistent block the next item's first S finds them loaded
 // when that tail outlasts the loads.
 //
+// A consumer's own 64 rows decide what it computes of the item's tiles (WorkTile::slice_tiles): the
+// walk's first tiles that lie wholly above those rows' diagonal (or right window edge, or all of
+// them for rows past the item's end) it waits for and releases unread, and it masks only the tiles
+// that its rows do not all see whole; the producer loads the item's tiles for all of them alike.
+//
+// At d = 64 (policy narrow_first) a consumer whose rows see none of the last Bc / 2 keys of its first
+// tile computes that tile as a 64 x Bc / 2 S (a narrow S) and its P V in half the key steps.
+//
 // The consumers' schedule is the policy's (policy.hpp). Step 1 (serial): S(j), wait, softmax, P V,
 // wait. Steps 2-3 (pipelined): in phases; phase j issues S(j) and O += P(j-1) V(j-1) together (the
 // first phase S(0) alone, the last P(N-1) V(N-1) alone), then computes the softmax of S(j):
-//   overlap   after wgmma_wait<1> (S(j) done, P(j-1) V(j-1) still running), else after wait<0>;
+//   overlap   after wgmma_wait<1> (S(j) done, P(j-1) V(j-1) still running) in phases that do
+//             not mask, else (and in every phase without overlap) after wait<0>;
 //             with exp_under_pv the wait for P(j-1) V(j-1) follows the softmax in SASS too
 //             (end_basic_block; else ptxas hoists it above the exponentials);
-//             phases that mask and phases that do not run apart (WorkTile::whole_tiles);
+//             phases that mask and phases that do not run apart (WorkTile::slice_tiles);
 //   pingpong  phases are issued in turns, consumer 0, 1, ..., C-1, 0, ... (GemmTurns below), one
 //             ring over all of the block's items.
 // o *= alpha(j-1) happens just before O += P(j-1) V(j-1) is issued, when o is not in flight.
@@ -207,6 +216,31 @@ __device__ __forceinline__ void copy_packed_q(const ForwardKernelParams& p, cons
   }
 }
 
+// S = Q Kᵀ for one consumer's 64 rows and the first 2 kAcc keys of the K tile at k_tile (all of
+// them, or the first half: a narrow S), one wgmma per 16 of the head dim, committed as one group.
+template <class T, int kHeadDim, class QTile, class KTile, int kAcc>
+__device__ __forceinline__ void score_gemm(float (&s)[kAcc], uint32_t q_slice, uint32_t k_tile) {
+  hw::wgmma_fence();
+#pragma unroll
+  for (int k16 = 0; k16 < kHeadDim / 16; ++k16)
+    hw::wgmma_ss<T>(s, hw::k_major_descriptor<QTile>(q_slice, k16), hw::k_major_descriptor<KTile>(k_tile, k16),
+                    k16 > 0);
+  hw::wgmma_commit();
+  hw::wgmma_fence_operand(s);
+}
+
+// O += P V over the first kSteps 16-key steps of the V tile at v_tile (P from registers), one group.
+template <class T, class VTile, int kSteps, int kO, int kPSteps>
+__device__ __forceinline__ void value_gemm(float (&o)[kO], const uint32_t (&pa)[kPSteps][4], uint32_t v_tile) {
+  static_assert(kSteps <= kPSteps);
+  hw::wgmma_fence_operand(o);
+  hw::wgmma_fence();
+#pragma unroll
+  for (int k16 = 0; k16 < kSteps; ++k16) hw::wgmma_rs<T, 1>(o, pa[k16], hw::mn_major_descriptor<VTile>(v_tile, k16), true);
+  hw::wgmma_commit();
+  hw::wgmma_fence_operand(o);
+}
+
 // The block's mbarriers.
 template <int kStages>
 struct Barriers {
@@ -230,6 +264,8 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
   constexpr int kO = kHeadDim / 2;  // O accumulators per thread
   constexpr int kPSteps = kBlockN / 16;
   constexpr bool kOverlap = kTiles.overlap;  // a scalar: the generic lambda below cannot read kTiles
+  // A slice's first tile may be a narrow S, its first Bc / 2 keys (policy.hpp: narrow_first).
+  constexpr bool kNarrowFirst = kTiles.narrow_first;
   // With exp_under_pv the producer issues K(i + 1) before V(i) (FlashAttention-3's order): K(i + 1)'s
   // slot frees when S(i - 1) is done, V(i)'s when P(i - 2) V(i - 2) is, which is then after the
   // softmax of S(i - 1); issued first, K(i + 1) no longer queues behind V(i).
@@ -340,13 +376,18 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
     // The parts of one tile, by its K/V tile number g of the block: the item's tiles are g_begin ..
     // g_end - 1, g holding key tile n = n_top - g (the walk goes from the last visible one down).
     const int g_begin = progress.tiles(), g_end = g_begin + n_tiles, n_top = w.tiles.n_end - 1 + g_begin;
-    // The key tiles that every row sees whole skip the per-element mask: one run of the walk, the
-    // block's tiles g_whole_begin .. g_whole_end - 1 (none: both g_end). The tiles before it hold
-    // the causal diagonal, the right window edge and the end of the sequence (varlen tail boxes
-    // too), those after it the left window edge.
-    const TileRange whole = w.whole_tiles<kBlockN>();
-    const int g_whole_begin = whole.count() > 0 ? n_top + 1 - whole.n_end : g_end;
-    const int g_whole_end = whole.count() > 0 ? n_top + 1 - whole.n_begin : g_end;
+    // This consumer's own rows (its 64-row slice, those of the item) decide what it computes: the
+    // walk's first tiles, which lie above the slice's diagonal (the causal band of a 192-row tile
+    // spans 2-3 key tiles, a 64-row slice's 1-2) or past its rows' right window edge, it skips:
+    // g_begin .. g_first - 1 (all of them when the slice sees no key or holds no row of the item).
+    // Of the rest, the tiles its rows all see whole skip the per-element mask: one run of the walk,
+    // g_whole_begin .. g_whole_end - 1 (none: both g_end). The tiles before it hold the diagonal,
+    // the right window edge and the end of the sequence (varlen tail boxes too), those after it the
+    // left window edge.
+    const SliceTiles mine = w.slice_tiles<kBlockN>(w.q_tile_row0 + slice_row0, kRows, p.group, p.pack_gqa);
+    const int g_first = mine.seen.count() > 0 ? n_top + 1 - mine.seen.n_end : g_end;
+    const int g_whole_begin = mine.whole.count() > 0 ? n_top + 1 - mine.whole.n_end : g_end;
+    const int g_whole_end = mine.whole.count() > 0 ? n_top + 1 - mine.whole.n_begin : g_end;
     const auto masked = [&](int g) { return g < g_whole_begin || g >= g_whole_end; };
     const auto wait_k = [&](int g) { hw::mbarrier_wait(bar(bars.k_full[slot_of(g)]), parity_of(g)); };
     const auto wait_v = [&](int g) { hw::mbarrier_wait(bar(bars.v_full[slot_of(g)]), parity_of(g)); };
@@ -358,26 +399,20 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
       if (!p.pack_gqa) hw::mbarrier_arrive(bar(bars.q_empty));
     };
     // S = Q K(g)ᵀ, issued and committed as one group; s belongs to the tensor cores until a wait
-    // retires the group (then wgmma_fence_operand(s)).
-    const auto issue_s = [&](float(&s)[kS], int g) {
-      hw::wgmma_fence();
-#pragma unroll
-      for (int k16 = 0; k16 < kHeadDim / 16; ++k16)
-        hw::wgmma_ss<T>(s, hw::k_major_descriptor<QTile>(q_slice, k16),
-                        hw::k_major_descriptor<KTile>(k_slot(slot_of(g)), k16), k16 > 0);
-      hw::wgmma_commit();
-      hw::wgmma_fence_operand(s);
-    };
+    // retires the group (then wgmma_fence_operand(s)); a narrow S (the tile's first Bc / 2 keys)
+    // calls score_gemm with kS / 2 accumulators.
+    const auto issue_s = [&](float(&s)[kS], int g) { score_gemm<T, kHeadDim, QTile, KTile>(s, q_slice, k_slot(slot_of(g))); };
     // O += P V(g), one group; pa (P) and o belong to the tensor cores until a wait retires it (then
-    // wgmma_fence_operand(o) and keep_alive(pa)).
-    const auto issue_pv = [&](float(&acc)[kO], const uint32_t(&pa)[kPSteps][4], int g) {
-      hw::wgmma_fence_operand(acc);
-      hw::wgmma_fence();
-#pragma unroll
-      for (int k16 = 0; k16 < kPSteps; ++k16)
-        hw::wgmma_rs<T, 1>(acc, pa[k16], hw::mn_major_descriptor<VTile>(v_slot(slot_of(g)), k16), true);
-      hw::wgmma_commit();
-      hw::wgmma_fence_operand(acc);
+    // wgmma_fence_operand(o) and keep_alive(pa)). Narrow (after a narrow S): the first kPSteps / 2
+    // key steps.
+    const auto issue_pv = [&](float(&acc)[kO], const uint32_t(&pa)[kPSteps][4], int g, bool narrow) {
+      if constexpr (kNarrowFirst) {
+        if (narrow) {
+          value_gemm<T, VTile, kPSteps / 2>(acc, pa, v_slot(slot_of(g)));
+          return;
+        }
+      }
+      value_gemm<T, VTile, kPSteps>(acc, pa, v_slot(slot_of(g)));
     };
     // Scores of tile g -> final logits (softcap) -> masked if `mask` (masked(g), or a constant where
     // the phase is known to need the mask or not).
@@ -395,6 +430,21 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
     const auto to_p = [](uint32_t(&pa)[kPSteps][4], const float(&s)[kS]) {
 #pragma unroll
       for (int k16 = 0; k16 < kPSteps; ++k16) hw::a_from_accumulators<T>(pa[k16], s, k16);
+    };
+    // Narrow S: the same three on its first kS / 2 accumulators (the masked keys of the others,
+    // never written, are not seen).
+    const auto modify_scores_narrow = [&](float(&s)[kS / 2], int g) {
+      if constexpr (kSoftcap) {
+#pragma unroll
+        for (int x = 0; x < kS / 2; ++x) s[x] = sm80::ScoreMods::capped(s[x], p.softcap, p.softcap_to_exp2);
+      }
+      const int n = n_top - g;
+      const int query[2] = {p.pack_gqa ? row0 / p.group : row0, p.pack_gqa ? (row0 + 8) / p.group : row0 + 8};
+      apply_band_mask(s, w.band, query, w.key_tile_start<kBlockN>(n), n * kBlockN, quad_lane);
+    };
+    const auto to_p_narrow = [](uint32_t(&pa)[kPSteps][4], const float(&s)[kS / 2]) {
+#pragma unroll
+      for (int k16 = 0; k16 < kPSteps / 2; ++k16) hw::a_from_accumulators<T>(pa[k16], s, k16);
     };
 
     if (n_tiles > 0) {
@@ -415,8 +465,17 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
       OnlineSoftmax softmax;
       softmax.init();
       if constexpr (!kTiles.pingpong && !kTiles.overlap) {
-        // Step 1: one GEMM at a time.
+        // Step 1: one GEMM at a time; the tiles before g_first waited for and released unread (a
+        // slot frees once every consumer has released it, and is refilled only after).
         for (int g = g_begin; g < g_end; ++g) {
+          if (g < g_first) {
+            wait_k(g);
+            release_k(g);
+            if (g == g_end - 1) release_q();
+            wait_v(g);
+            release_v(g);
+            continue;
+          }
           float s[kS];
           wait_k(g);
           issue_s(s, g);
@@ -431,7 +490,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
           to_p(pa, s);
 
           wait_v(g);
-          issue_pv(o, pa, g);
+          issue_pv(o, pa, g, false);
           hw::wgmma_wait<0>();
           hw::wgmma_fence_operand(o);
           keep_alive(pa);
@@ -439,85 +498,133 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
         }
       } else {
         // Steps 2-3: phases 0 .. N (N = n_tiles), phase i issuing S(i) (i < N) and O += P(i-1) V(i-1)
-        // (i > 0); the item's tile i is the block's K/V tile g = g_begin + i.
+        // (i > 0); the item's tile i is the block's K/V tile g = g_begin + i. Every consumer runs
+        // all N + 1 phases (the turns' ring counts them): before g_first a phase issues nothing; it
+        // takes and passes the turn and releases its tiles once they have landed (a slot frees
+        // once every consumer has released it, and is refilled only after).
         uint32_t pa[kPSteps][4];  // P(g-1), from phase g-1 to phase g
         float alpha[2];           // alpha(g-1): o's rescaling before P(g-1) V(g-1) is added
 
-        {  // Phase 0: S(0) alone.
-          float s[kS];
-          wait_k(g_begin);
-          turns.take(/*block_first_phase=*/!progress.started());
-          issue_s(s, g_begin);
+        for (int g = g_begin; g < g_first; ++g) {  // phases that skip S(g) (and hold no P(g-1))
+          wait_k(g);
+          if (g > g_begin) wait_v(g - 1);
+          turns.take(/*block_first_phase=*/g == g_begin && !progress.started());
+          turns.pass();
+          release_k(g);
+          if (g > g_begin) release_v(g - 1);
+        }
+        if (g_first == g_end) {  // Phase N alone: V(N-1), unread.
+          release_q();
+          wait_v(g_end - 1);
+          turns.take(false);
+          turns.pass();
+          release_v(g_end - 1);
+        } else {
+          // Narrow: the slice sees none of the first tile's last Bc / 2 keys (the causal diagonal of
+          // a slice starting at a multiple of 128 keys), so S(g_first) is a 64 x Bc / 2 GEMM, its
+          // softmax half as long, and P(g_first) V(g_first) half the key steps.
+          const bool narrow = kNarrowFirst && mine.keys_hi <= w.key_tile_start<kBlockN>(n_top - g_first) + kBlockN / 2;
+          const int g_narrow = narrow ? g_first : -1;  // P(g) V(g) takes half the key steps
+          // Phase g_first - g_begin: S(g_first) alone.
+          wait_k(g_first);
+          if (g_first > g_begin) wait_v(g_first - 1);
+          turns.take(/*block_first_phase=*/g_first == g_begin && !progress.started());
+          const auto first_releases = [&] {
+            release_k(g_first);
+            if (g_first > g_begin) release_v(g_first - 1);
+          };
+          const auto narrow_first = [&] {  // a narrow tile always masks (keys_hi lies inside it)
+            if constexpr (kNarrowFirst) {
+              float s[kS / 2];
+              score_gemm<T, kHeadDim, QTile, KTile>(s, q_slice, k_slot(slot_of(g_first)));
+              turns.pass();
+              hw::wgmma_wait<0>();
+              hw::wgmma_fence_operand(s);
+              first_releases();
+              modify_scores_narrow(s, g_first);
+              softmax.update(s, score_scale_log2, alpha);
+              to_p_narrow(pa, s);
+            }
+          };
+          if (narrow) {
+            narrow_first();
+          } else {
+            float s[kS];
+            issue_s(s, g_first);
+            turns.pass();
+            hw::wgmma_wait<0>();
+            hw::wgmma_fence_operand(s);
+            first_releases();
+            modify_scores(s, g_first, masked(g_first));
+            softmax.update(s, score_scale_log2, alpha);
+            to_p(pa, s);
+          }
+          // Phase g - g_begin (0 < g - g_begin < N): S(g) and O += P(g-1) V(g-1), then the softmax of
+          // S(g). `mask`: std::true_type or std::false_type (the phase does or does not need the mask,
+          // known at compile time), or masked(g).
+          const auto phase = [&](int g, auto mask) {
+            float s[kS];
+            wait_k(g);
+            wait_v(g - 1);
+            turns.take(false);
+            issue_s(s, g);
+            OnlineSoftmax::rescale(o, alpha);
+            issue_pv(o, pa, g - 1, g - 1 == g_narrow);
+            turns.pass();
+            // Masked phases wait for both GEMMs: the mask's registers on top of a second S tile cost
+            // more than the overlap gains (docs/perf.md, 2026-12-02).
+            if constexpr (kOverlap && std::is_same_v<decltype(mask), std::false_type>) {
+              hw::wgmma_wait<1>();  // S(g) done; P(g-1) V(g-1) may still run
+              hw::wgmma_fence_operand(s);
+              release_k(g);
+              modify_scores(s, g, mask);
+              softmax.update(s, score_scale_log2, alpha);
+              // The row maxima and exponentials run under P(g-1) V(g-1) only if the wait stays
+              // here: ptxas would otherwise move it up to the top of the block, above them.
+              if constexpr (kExpUnderPv) end_basic_block(g);
+              hw::wgmma_wait<0>();
+              hw::wgmma_fence_operand(o);
+              keep_alive(pa);
+              release_v(g - 1);
+            } else {
+              hw::wgmma_wait<0>();
+              hw::wgmma_fence_operand(s);
+              hw::wgmma_fence_operand(o);
+              keep_alive(pa);
+              release_k(g);
+              release_v(g - 1);
+              modify_scores(s, g, mask);
+              softmax.update(s, score_scale_log2, alpha);
+            }
+            to_p(pa, s);
+          };
+          if constexpr (kOverlap) {
+            // In runs of phases that all mask or all do not: masked up to u0, unmasked up to u1,
+            // masked again up to g_end (u0 = u1 when no tile after the first is seen whole).
+            const int u0 = max(g_whole_begin, g_first + 1), u1 = max(g_whole_end, u0);
+            int g = g_first + 1;
+            for (int masked_end = u0;; masked_end = g_end) {
+              for (; g < masked_end; ++g) phase(g, std::true_type{});
+              if (masked_end == g_end) break;
+              for (; g < u1; ++g) phase(g, std::false_type{});
+            }
+          } else {
+            for (int g = g_first + 1; g < g_end; ++g) phase(g, masked(g));
+          }
+          // Phase N: P(N-1) V(N-1) alone (narrow when S(N-1) was a narrow S(g_first)). S(N-1) is done:
+          // Q is free (released here rather than in the last phase, which would cost a test in every
+          // phase and, at d = 256, registers).
+          release_q();
+          wait_v(g_end - 1);
+          turns.take(false);
+          OnlineSoftmax::rescale(o, alpha);
+          issue_pv(o, pa, g_end - 1, g_end - 1 == g_narrow);
           turns.pass();
           hw::wgmma_wait<0>();
-          hw::wgmma_fence_operand(s);
-          release_k(g_begin);
-          modify_scores(s, g_begin, masked(g_begin));
-          softmax.update(s, score_scale_log2, alpha);
-          to_p(pa, s);
+          hw::wgmma_fence_operand(o);
+          keep_alive(pa);
+          release_v(g_end - 1);
         }
-        // Phase g - g_begin (0 < g - g_begin < N): S(g) and O += P(g-1) V(g-1), then the softmax of
-        // S(g). `mask`: std::true_type or std::false_type (the phase does or does not need the mask,
-        // known at compile time), or masked(g).
-        const auto phase = [&](int g, auto mask) {
-          float s[kS];
-          wait_k(g);
-          wait_v(g - 1);
-          turns.take(false);
-          issue_s(s, g);
-          OnlineSoftmax::rescale(o, alpha);
-          issue_pv(o, pa, g - 1);
-          turns.pass();
-          if constexpr (kOverlap) {
-            hw::wgmma_wait<1>();  // S(g) done; P(g-1) V(g-1) may still run
-            hw::wgmma_fence_operand(s);
-            release_k(g);
-            modify_scores(s, g, mask);
-            softmax.update(s, score_scale_log2, alpha);
-            // The row maxima and exponentials run under P(g-1) V(g-1) only if the wait stays
-            // here: ptxas would otherwise move it up to the top of the block, above them.
-            if constexpr (kExpUnderPv) end_basic_block(g);
-            hw::wgmma_wait<0>();
-            hw::wgmma_fence_operand(o);
-            keep_alive(pa);
-            release_v(g - 1);
-          } else {
-            hw::wgmma_wait<0>();
-            hw::wgmma_fence_operand(s);
-            hw::wgmma_fence_operand(o);
-            keep_alive(pa);
-            release_k(g);
-            release_v(g - 1);
-            modify_scores(s, g, mask);
-            softmax.update(s, score_scale_log2, alpha);
-          }
-          to_p(pa, s);
-        };
-        if constexpr (kOverlap) {
-          // In runs of phases that all mask or all do not: masked up to u0, unmasked up to u1,
-          // masked again up to g_end (u0 = u1 when no tile after the first is seen whole).
-          const int u0 = max(g_whole_begin, g_begin + 1), u1 = max(g_whole_end, u0);
-          int g = g_begin + 1;
-          for (int masked_end = u0;; masked_end = g_end) {
-            for (; g < masked_end; ++g) phase(g, std::true_type{});
-            if (masked_end == g_end) break;
-            for (; g < u1; ++g) phase(g, std::false_type{});
-          }
-        } else {
-          for (int g = g_begin + 1; g < g_end; ++g) phase(g, masked(g));
-        }
-        // Phase N: P(N-1) V(N-1) alone. S(N-1) is done: Q is free (released here rather than in
-        // the last phase, which would cost a test in every phase and, at d = 256, registers).
-        release_q();
-        wait_v(g_end - 1);
-        turns.take(false);
-        OnlineSoftmax::rescale(o, alpha);
-        issue_pv(o, pa, g_end - 1);
-        turns.pass();
-        hw::wgmma_wait<0>();
-        hw::wgmma_fence_operand(o);
-        keep_alive(pa);
-        release_v(g_end - 1);
       }
 
       softmax.finalize(kSoftcap ? 1.0f : p.scale, inv_l, lse);

@@ -36,6 +36,9 @@ struct ForwardTiles {
                            // (forward_kernel.cuh, end_basic_block), and the producer's K(j+1)
                            // issued before V(j); false: ptxas places that wait before the
                            // exponentials, and V(j-1) frees earlier
+  bool narrow_first;       // a consumer whose 64 rows see none of the last Bc / 2 keys of its first
+                           // tile (a causal diagonal ending at a half tile) computes that tile as a
+                           // 64 x Bc / 2 S and a half P V (forward_kernel.cuh); Bc % 128 == 0
   Persistence persistent;
 
   static constexpr int kWarpgroupThreads = 128;
@@ -72,15 +75,19 @@ struct ForwardTiles {
 // is released after an item's last S (the next item's Q loads under its tail) and the pairs' walk
 // rotates (tile_scheduler.cuh), persistent causal d = 64 gains 7% at n = 2k and 6% at 4k, is even
 // at 8k-16k (docs/perf.md, 2026-12-02): persistent always.
+// Narrow first tile: at d = 64 (three consumers, turns without overlap) +2-4% causal at n = 2k-4k
+// over the consumers' own tile ranges alone; at d = 128 (overlap) -2 to -5% on every row measured,
+// causal or not, both as a runtime choice of the P V's key steps and as a phase of its own
+// (docs/perf.md, 2026-12-02): d = 64 only.
 constexpr ForwardTiles forward_tiles(int head_dim) {
   switch (head_dim) {
-    //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv persistent
-    case 64: return {64, 3, 128, 2, 32, 160, true, false, false, Persistence::kAlways};
-    case 96: return {96, 2, 128, 2, 40, 232, true, true, false, Persistence::kAlways};
-    case 128: return {128, 2, 128, 2, 40, 232, true, true, false, Persistence::kAlways};
-    case 192: return {192, 2, 96, 2, 40, 232, false, true, false, Persistence::kAlways};
-    case 256: return {256, 2, 80, 2, 24, 240, false, true, false, Persistence::kAlways};
-    default: return {0, 0, 0, 0, 0, 0, false, false, false, Persistence::kNever};
+    //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv narrow_first persistent
+    case 64: return {64, 3, 128, 2, 32, 160, true, false, false, true, Persistence::kAlways};
+    case 96: return {96, 2, 128, 2, 40, 232, true, true, false, false, Persistence::kAlways};
+    case 128: return {128, 2, 128, 2, 40, 232, true, true, false, false, Persistence::kAlways};
+    case 192: return {192, 2, 96, 2, 40, 232, false, true, false, false, Persistence::kAlways};
+    case 256: return {256, 2, 80, 2, 24, 240, false, true, false, false, Persistence::kAlways};
+    default: return {0, 0, 0, 0, 0, 0, false, false, false, false, Persistence::kNever};
   }
 }
 
@@ -113,6 +120,7 @@ struct ForwardPolicy {
   static_assert(kTiles.stages >= 2, "the K/V pipeline needs two stages to overlap loads with compute");
   static_assert(kTiles.stages <= 4, "the consumers keep the tile count modulo 2 stages in 3 bits");
   static_assert(!kTiles.exp_under_pv || kTiles.overlap, "exp_under_pv is a variant of the overlap schedule");
+  static_assert(!kTiles.narrow_first || kTiles.block_n % 128 == 0, "a narrow S is a wgmma of N = Bc / 2, 64 keys a step");
   static_assert(kTiles.smem_bytes() <= kMaxSmemBytes, "shared memory per block");
   static_assert(kTiles.producer_registers + kTiles.consumers * kTiles.consumer_registers <=
                     (1 + kTiles.consumers) * kTiles.launch_registers(),

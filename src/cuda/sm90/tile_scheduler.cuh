@@ -71,6 +71,13 @@ struct TileRange {
   __device__ __forceinline__ int count() const { return n_end > n_begin ? n_end - n_begin : 0; }
 };
 
+// The key tiles of one consumer's rows (WorkTile::slice_tiles): those they see and those they all
+// see whole.
+struct SliceTiles {
+  TileRange seen, whole;
+  int keys_hi;  // the rows see no key from here on
+};
+
 // One work item, resolved.
 struct WorkTile {
   int b, h;             // batch entry and query head (pack-GQA: the group's first, h_kv group)
@@ -93,14 +100,23 @@ struct WorkTile {
     return shift_tail ? min(n * kBlockN, sk - kBlockN) : n * kBlockN;
   }
 
-  // The key tiles that every row sees whole, so that they skip the per-element mask: the n of
-  // `tiles` whose keys [n Bc, (n + 1) Bc) lie inside band.keys_seen_by_all = [lo, hi) (lo, hi >= 0),
-  // n Bc >= lo and (n + 1) Bc <= hi, so n in [ceil(lo / Bc), floor(hi / Bc)): one run, maybe empty.
-  // A tail box that key_tile_start moves back is never one: its tile runs past sk >= hi.
+  // The key tiles that rows [row_begin, row_begin + rows) of the item's row space (a consumer's
+  // slice of the Q tile) see, within `tiles`, and those they all see whole, so that they skip the
+  // per-element mask. Only the rows in [r0, r1) count: a varlen tail tile's first rows are the
+  // previous tile's, the last tile's may end past the sequence; a slice without rows of the item
+  // sees none (both ranges empty, at n_end: the walk's start). Whole: the n of `seen` whose keys
+  // [n Bc, (n + 1) Bc) lie inside band.keys_seen_by_all = [lo, hi) (lo, hi >= 0), n Bc >= lo and
+  // (n + 1) Bc <= hi, so n in [ceil(lo / Bc), floor(hi / Bc)): one run, maybe empty. A tail box
+  // that key_tile_start moves back is never one: its tile runs past sk >= hi.
   template <int kBlockN>
-  __device__ __forceinline__ TileRange whole_tiles() const {
-    const sm80::KeyRange all = band.keys_seen_by_all(i0, i1);
-    return {max((all.lo + kBlockN - 1) / kBlockN, tiles.n_begin), min(all.hi / kBlockN, tiles.n_end)};
+  __device__ __forceinline__ SliceTiles slice_tiles(int row_begin, int rows, int group, bool pack) const {
+    const int a = max(row_begin, r0), b = min(row_begin + rows, r1);
+    if (a >= b) return {{tiles.n_end, tiles.n_end}, {tiles.n_end, tiles.n_end}, 0};
+    const int qa = pack ? a / group : a, qb = pack ? (b - 1) / group + 1 : b;
+    const sm80::KeyRange keys = band.visible_keys(qa, qb), all = band.keys_seen_by_all(qa, qb);
+    const TileRange seen{max(keys.lo / kBlockN, tiles.n_begin), min((keys.hi + kBlockN - 1) / kBlockN, tiles.n_end)};
+    return {seen, {max((all.lo + kBlockN - 1) / kBlockN, seen.n_begin), min(all.hi / kBlockN, seen.n_end)},
+            keys.hi};
   }
 };
 
