@@ -241,6 +241,29 @@ __device__ __forceinline__ void value_gemm(float (&o)[kO], const uint32_t (&pa)[
   hw::wgmma_fence_operand(o);
 }
 
+// Scores of key tile n -> final logits (kSoftcap) -> masked if `mask`, on this thread's rows row0
+// and row0 + 8 of the Q tile and the tile's first kN / 2 keys (all of them, or a narrow S's half).
+template <bool kSoftcap, int kBlockN, int kN>
+__device__ __forceinline__ void modify_scores(float (&s)[kN], const ForwardKernelParams& p, const WorkTile& w, int row0,
+                                              int n, int quad_lane, bool mask) {
+  if constexpr (kSoftcap) {
+#pragma unroll
+    for (int x = 0; x < kN; ++x) s[x] = sm80::ScoreMods::capped(s[x], p.softcap, p.softcap_to_exp2);
+  }
+  if (mask) {
+    const int query[2] = {p.pack_gqa ? row0 / p.group : row0, p.pack_gqa ? (row0 + 8) / p.group : row0 + 8};
+    apply_band_mask(s, w.band, query, w.key_tile_start<kBlockN>(n), n * kBlockN, quad_lane);
+  }
+}
+
+// P (the softmax's s) as the A operand of P V: kN / 8 key steps of 16.
+template <class T, int kN, int kPSteps>
+__device__ __forceinline__ void pack_p(uint32_t (&pa)[kPSteps][4], const float (&s)[kN]) {
+  static_assert(kN / 8 <= kPSteps);
+#pragma unroll
+  for (int k16 = 0; k16 < kN / 8; ++k16) hw::a_from_accumulators<T>(pa[k16], s, k16);
+}
+
 // The block's mbarriers.
 template <int kStages>
 struct Barriers {
@@ -414,37 +437,10 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
       }
       value_gemm<T, VTile, kPSteps>(acc, pa, v_slot(slot_of(g)));
     };
-    // Scores of tile g -> final logits (softcap) -> masked if `mask` (masked(g), or a constant where
-    // the phase is known to need the mask or not).
-    const auto modify_scores = [&](float(&s)[kS], int g, bool mask) {
-      if constexpr (kSoftcap) {
-#pragma unroll
-        for (int x = 0; x < kS; ++x) s[x] = sm80::ScoreMods::capped(s[x], p.softcap, p.softcap_to_exp2);
-      }
-      if (mask) {
-        const int n = n_top - g;
-        const int query[2] = {p.pack_gqa ? row0 / p.group : row0, p.pack_gqa ? (row0 + 8) / p.group : row0 + 8};
-        apply_band_mask(s, w.band, query, w.key_tile_start<kBlockN>(n), n * kBlockN, quad_lane);
-      }
-    };
-    const auto to_p = [](uint32_t(&pa)[kPSteps][4], const float(&s)[kS]) {
-#pragma unroll
-      for (int k16 = 0; k16 < kPSteps; ++k16) hw::a_from_accumulators<T>(pa[k16], s, k16);
-    };
-    // Narrow S: the same three on its first kS / 2 accumulators (the masked keys of the others,
-    // never written, are not seen).
-    const auto modify_scores_narrow = [&](float(&s)[kS / 2], int g) {
-      if constexpr (kSoftcap) {
-#pragma unroll
-        for (int x = 0; x < kS / 2; ++x) s[x] = sm80::ScoreMods::capped(s[x], p.softcap, p.softcap_to_exp2);
-      }
-      const int n = n_top - g;
-      const int query[2] = {p.pack_gqa ? row0 / p.group : row0, p.pack_gqa ? (row0 + 8) / p.group : row0 + 8};
-      apply_band_mask(s, w.band, query, w.key_tile_start<kBlockN>(n), n * kBlockN, quad_lane);
-    };
-    const auto to_p_narrow = [](uint32_t(&pa)[kPSteps][4], const float(&s)[kS / 2]) {
-#pragma unroll
-      for (int k16 = 0; k16 < kPSteps / 2; ++k16) hw::a_from_accumulators<T>(pa[k16], s, k16);
+    // Scores of tile g (s: the whole tile, or a narrow S's half) -> final logits (softcap) -> masked
+    // if `mask` (masked(g), or a constant where the phase is known to need the mask or not).
+    const auto modify = [&](auto& s, int g, bool mask) {
+      modify_scores<kSoftcap, kBlockN>(s, p, w, row0, n_top - g, quad_lane, mask);
     };
 
     if (n_tiles > 0) {
@@ -484,10 +480,10 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
           release_k(g);
           if (g == g_end - 1) release_q();
 
-          modify_scores(s, g, masked(g));
+          modify(s, g, masked(g));
           softmax.update(s, o, score_scale_log2);
           uint32_t pa[kPSteps][4];
-          to_p(pa, s);
+          pack_p<T>(pa, s);
 
           wait_v(g);
           issue_pv(o, pa, g, false);
@@ -529,35 +525,29 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
           wait_k(g_first);
           if (g_first > g_begin) wait_v(g_first - 1);
           turns.take(/*block_first_phase=*/g_first == g_begin && !progress.started());
-          const auto first_releases = [&] {
+          // s: the whole tile, or a narrow S's half (which always masks: keys_hi lies inside it).
+          const auto first_phase = [&](auto& s, bool mask) {
+            score_gemm<T, kHeadDim, QTile, KTile>(s, q_slice, k_slot(slot_of(g_first)));
+            turns.pass();
+            hw::wgmma_wait<0>();
+            hw::wgmma_fence_operand(s);
             release_k(g_first);
             if (g_first > g_begin) release_v(g_first - 1);
+            modify(s, g_first, mask);
+            softmax.update(s, score_scale_log2, alpha);
+            pack_p<T>(pa, s);
           };
-          const auto narrow_first = [&] {  // a narrow tile always masks (keys_hi lies inside it)
+          const auto narrow_first = [&] {
             if constexpr (kNarrowFirst) {
               float s[kS / 2];
-              score_gemm<T, kHeadDim, QTile, KTile>(s, q_slice, k_slot(slot_of(g_first)));
-              turns.pass();
-              hw::wgmma_wait<0>();
-              hw::wgmma_fence_operand(s);
-              first_releases();
-              modify_scores_narrow(s, g_first);
-              softmax.update(s, score_scale_log2, alpha);
-              to_p_narrow(pa, s);
+              first_phase(s, true);
             }
           };
           if (narrow) {
             narrow_first();
           } else {
             float s[kS];
-            issue_s(s, g_first);
-            turns.pass();
-            hw::wgmma_wait<0>();
-            hw::wgmma_fence_operand(s);
-            first_releases();
-            modify_scores(s, g_first, masked(g_first));
-            softmax.update(s, score_scale_log2, alpha);
-            to_p(pa, s);
+            first_phase(s, masked(g_first));
           }
           // Phase g - g_begin (0 < g - g_begin < N): S(g) and O += P(g-1) V(g-1), then the softmax of
           // S(g). `mask`: std::true_type or std::false_type (the phase does or does not need the mask,
@@ -577,7 +567,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
               hw::wgmma_wait<1>();  // S(g) done; P(g-1) V(g-1) may still run
               hw::wgmma_fence_operand(s);
               release_k(g);
-              modify_scores(s, g, mask);
+              modify(s, g, mask);
               softmax.update(s, score_scale_log2, alpha);
               // The row maxima and exponentials run under P(g-1) V(g-1) only if the wait stays
               // here: ptxas would otherwise move it up to the top of the block, above them.
@@ -593,10 +583,10 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
               keep_alive(pa);
               release_k(g);
               release_v(g - 1);
-              modify_scores(s, g, mask);
+              modify(s, g, mask);
               softmax.update(s, score_scale_log2, alpha);
             }
-            to_p(pa, s);
+            pack_p<T>(pa, s);
           };
           if constexpr (kOverlap) {
             // In runs of phases that all mask or all do not: masked up to u0, unmasked up to u1,
