@@ -294,6 +294,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
   // softmax of S(i - 1); issued first, K(i + 1) no longer queues behind V(i).
   constexpr bool kExpUnderPv = kTiles.exp_under_pv;
   constexpr bool kKAhead = kExpUnderPv;
+  using Softmax = OnlineSoftmax<kTiles.tree_reductions>;
 
   extern __shared__ uint8_t smem_raw[];
   __shared__ alignas(8) Barriers<kStages> bars;
@@ -458,7 +459,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
       }
 #pragma unroll
       for (int x = 0; x < kO; ++x) o[x] = 0.0f;
-      OnlineSoftmax softmax;
+      Softmax softmax;
       softmax.init();
       if constexpr (!kTiles.pingpong && !kTiles.overlap) {
         // Step 1: one GEMM at a time; the tiles before g_first waited for and released unread (a
@@ -558,7 +559,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
             wait_v(g - 1);
             turns.take(false);
             issue_s(s, g);
-            OnlineSoftmax::rescale(o, alpha);
+            Softmax::rescale(o, alpha);
             issue_pv(o, pa, g - 1, g - 1 == g_narrow);
             turns.pass();
             // Masked phases wait for both GEMMs: the mask's registers on top of a second S tile cost
@@ -607,7 +608,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
           release_q();
           wait_v(g_end - 1);
           turns.take(false);
-          OnlineSoftmax::rescale(o, alpha);
+          Softmax::rescale(o, alpha);
           issue_pv(o, pa, g_end - 1, g_end - 1 == g_narrow);
           turns.pass();
           hw::wgmma_wait<0>();

@@ -39,6 +39,8 @@ struct ForwardTiles {
   bool narrow_first;       // a consumer whose 64 rows see none of the last Bc / 2 keys of its first
                            // tile (a causal diagonal ending at a half tile) computes that tile as a
                            // 64 x Bc / 2 S and a half P V (forward_kernel.cuh); Bc % 128 == 0
+  bool tree_reductions;     // the softmax's row max as a tree, its row sum in four partials
+                           // (softmax.cuh); false: one chain each
   Persistence persistent;
 
   static constexpr int kWarpgroupThreads = 128;
@@ -79,15 +81,17 @@ struct ForwardTiles {
 // over the consumers' own tile ranges alone; at d = 128 (overlap) -2 to -5% on every row measured,
 // causal or not, both as a runtime choice of the P V's key steps and as a phase of its own
 // (docs/perf.md, 2026-12-02): d = 64 only.
+// Tree reductions: +1.5 to +5% at d = 128 (causal and not, n = 2k-16k), +0 to +2% at d = 256;
+// -1 to -3% at d = 64 (docs/perf.md, 2026-12-02): off at d = 64.
 constexpr ForwardTiles forward_tiles(int head_dim) {
   switch (head_dim) {
-    //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv narrow_first persistent
-    case 64: return {64, 3, 128, 2, 32, 160, true, false, false, true, Persistence::kAlways};
-    case 96: return {96, 2, 128, 2, 40, 232, true, true, false, false, Persistence::kAlways};
-    case 128: return {128, 2, 128, 2, 40, 232, true, true, false, false, Persistence::kAlways};
-    case 192: return {192, 2, 96, 2, 40, 232, false, true, false, false, Persistence::kAlways};
-    case 256: return {256, 2, 80, 2, 24, 240, false, true, false, false, Persistence::kAlways};
-    default: return {0, 0, 0, 0, 0, 0, false, false, false, false, Persistence::kNever};
+    //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv narrow_first tree persistent
+    case 64: return {64, 3, 128, 2, 32, 160, true, false, false, true, false, Persistence::kAlways};
+    case 96: return {96, 2, 128, 2, 40, 232, true, true, false, false, true, Persistence::kAlways};
+    case 128: return {128, 2, 128, 2, 40, 232, true, true, false, false, true, Persistence::kAlways};
+    case 192: return {192, 2, 96, 2, 40, 232, false, true, false, false, true, Persistence::kAlways};
+    case 256: return {256, 2, 80, 2, 24, 240, false, true, false, false, true, Persistence::kAlways};
+    default: return {0, 0, 0, 0, 0, 0, false, false, false, false, false, Persistence::kNever};
   }
 }
 

@@ -20,6 +20,21 @@ namespace flashattn::detail::sm90 {
 // Index of accumulator (block j, row half r, column e) of a 64 x N tile.
 __device__ __forceinline__ constexpr int acc_index(int j, int r, int e) { return 4 * j + 2 * r + e; }
 
+// Row r's maximum over values kLo .. kLo + kCount - 1 of a 64 x N tile (value i: block i / 2,
+// column i % 2), as a pairwise tree: depth log2(N / 4) instead of a chain of N / 4 dependent fmax.
+template <int kLo, int kCount, int kS>
+__device__ __forceinline__ float tree_max(const float (&s)[kS], int r) {
+  if constexpr (kCount == 1) {
+    return s[acc_index(kLo / 2, r, kLo % 2)];
+  } else {
+    return fmaxf(tree_max<kLo, kCount / 2>(s, r), tree_max<kLo + kCount / 2, kCount - kCount / 2>(s, r));
+  }
+}
+
+// kTree (policy.hpp: tree_reductions): each row's max over a tile as a pairwise tree and its sum in
+// four interleaved partials (dependency chains of log2(N / 4) fmax and N / 16 adds, against N / 4
+// and N / 4 as one chain each; the sum's rounding order differs, not its precision).
+template <bool kTree>
 struct OnlineSoftmax {
   float m[2];
   float l[2];
@@ -39,22 +54,28 @@ struct OnlineSoftmax {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float row_max = m[r];
+      if constexpr (kTree) {
+        row_max = fmaxf(row_max, tree_max<0, kS / 2>(s, r));
+      } else {
 #pragma unroll
-      for (int j = 0; j < kS / 4; ++j) row_max = fmaxf(row_max, fmaxf(s[acc_index(j, r, 0)], s[acc_index(j, r, 1)]));
+        for (int j = 0; j < kS / 4; ++j) row_max = fmaxf(row_max, fmaxf(s[acc_index(j, r, 0)], s[acc_index(j, r, 1)]));
+      }
       const float m_new = cuda::quad_max(row_max);
       const float base = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
       alpha[r] = cuda::fast_exp2(m[r] * scale_log2 - base);
       m[r] = m_new;
-      float row_sum = 0.0f;
+      constexpr int kSums = kTree ? 4 : 1;
+      float row_sum[kSums] = {};
 #pragma unroll
       for (int j = 0; j < kS / 4; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const float p = cuda::fast_exp2(fmaf(s[acc_index(j, r, e)], scale_log2, -base));
           s[acc_index(j, r, e)] = p;
-          row_sum += p;
+          row_sum[(2 * j + e) % kSums] += p;
         }
-      l[r] = alpha[r] * l[r] + row_sum;
+      if constexpr (kTree) row_sum[0] = (row_sum[0] + row_sum[1]) + (row_sum[2] + row_sum[3]);
+      l[r] = alpha[r] * l[r] + row_sum[0];
     }
   }
 
