@@ -81,8 +81,10 @@ struct ForwardTiles {
 // over the consumers' own tile ranges alone; at d = 128 (overlap) -2 to -5% on every row measured,
 // causal or not, both as a runtime choice of the P V's key steps and as a phase of its own
 // (docs/perf.md, 2026-12-02): d = 64 only.
-// Tree reductions: +1.5 to +5% at d = 128 (causal and not, n = 2k-16k), +0 to +2% at d = 256;
-// -1 to -3% at d = 64 (docs/perf.md, 2026-12-02): off at d = 64.
+// Tree reductions (n = 2k-16k, causal and not, two runs): +1 to +5% at d = 128, +0 to +7% at d = 96,
+// +15 to +22% non-causal and +1 to +6% causal at d = 192 (overlap without turns: the softmax's
+// latency is the critical path), -1 to +2% at d = 256; -1 to -3% at d = 64, where identical code
+// reads -2 to +0.5% and the partial sums alone -1.5 to -3.8% (docs/perf.md, 2026-12-02): off at d = 64.
 constexpr ForwardTiles forward_tiles(int head_dim) {
   switch (head_dim) {
     //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv narrow_first tree persistent
