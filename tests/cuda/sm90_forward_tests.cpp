@@ -193,6 +193,11 @@ std::vector<Case> persistent_cases() {
   // Causal pairs over more than one round of the stride (80 heads x 2 pairs of 192-row tiles = 160
   // pairs, more than the H200's 132 blocks), so the rotated walk hands out the second round.
   cases.push_back(causal(make(kBf16, 5, 400, 400, 16, 16, 64)));
+  // Paired tiles end at the sequence's end (tile_scheduler.cuh: lead): sq 500 in 192-row tiles has
+  // lead 76, so tile 0 starts at row -76, its first slice holds no row and its second rows -12..51.
+  // Bottom-right (sk 560) those rows before 0 see keys; top-left with a window, none.
+  cases.push_back(causal(make(kBf16, 3, 500, 560, 20, 4, 64)));
+  cases.push_back(window(causal(make(kFp16, 3, 500, 500, 20, 20, 64), Alignment::kTopLeft), 150, -1));
   return cases;
 }
 

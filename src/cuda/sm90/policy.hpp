@@ -66,7 +66,9 @@ struct ForwardTiles {
 // Schedule: the exponentials of a 64 x Bc tile cost about as much as its two GEMMs at d = 64, half
 // at d = 128 and a quarter at d = 256, so the turns pay where the softmax is a large share (d <= 128;
 // at d = 64 a ring of three: each consumer's softmax runs under the other two's GEMMs) and at
-// d >= 192 the overlap within a warpgroup hides it alone. Setting both to false gives step 1 back.
+// d = 256 the overlap within a warpgroup hides it alone. Measured with the tree reductions
+// (docs/perf.md, 2026-12-02): turns off at d = 128 -8 to -12%; on at d = 192 +0.1 to +2.5% (on), at
+// d = 256 -1.7 to +2.3% (left off). Setting both to false gives step 1 back.
 // Registers: at d = 256 the consumers need 240 (O alone is 128) once the persistent loop's state
 // is live across the main loop; the producer (TMA issue and the item walk) fits in 24.
 // Persistent: measured against one block per item in one run (docs/perf.md, step 4): +3-8% at
@@ -91,7 +93,7 @@ constexpr ForwardTiles forward_tiles(int head_dim) {
     case 64: return {64, 3, 128, 2, 32, 160, true, false, false, true, false, Persistence::kAlways};
     case 96: return {96, 2, 128, 2, 40, 232, true, true, false, false, true, Persistence::kAlways};
     case 128: return {128, 2, 128, 2, 40, 232, true, true, false, false, true, Persistence::kAlways};
-    case 192: return {192, 2, 96, 2, 40, 232, false, true, false, false, true, Persistence::kAlways};
+    case 192: return {192, 2, 96, 2, 40, 232, true, true, false, false, true, Persistence::kAlways};
     case 256: return {256, 2, 80, 2, 24, 240, false, true, false, false, true, Persistence::kAlways};
     default: return {0, 0, 0, 0, 0, 0, false, false, false, false, false, Persistence::kNever};
   }

@@ -86,7 +86,8 @@ struct WorkTile {
   int q_row0, k_row0;   // its first row in the packed tensors (varlen), else 0
   int r0, r1;           // the item's rows [r0, r1): queries, or pack-GQA rows (empty: skip the item)
   int i0, i1;           // the queries of those rows, [i0, i1) (= [r0, r1) unless pack-GQA)
-  int q_tile_row0;      // the row at row 0 of the Q tile: r0, or sq - Br for a varlen tail tile
+  int q_tile_row0;      // the row at row 0 of the Q tile: r0, or sq - Br for a varlen tail tile,
+                        // or r0 - lead (< 0) for the first of paired tiles (work_tile)
   bool shift_tail;      // varlen: the last K/V box of the sequence ends at sk (key_tile_start)
   sm80::Band band;
   TileRange tiles;      // key tiles that queries [i0, i1) see
@@ -154,16 +155,25 @@ __device__ __forceinline__ WorkTile work_tile(const ForwardKernelParams& p, int 
 
   // The query tile m (-1: none). Pairs are formed over this sequence's own tiles (M_b of them):
   // heavy tiles M_b-1-j for j < ceil(M_b / 2), light tiles j for j < floor(M_b / 2).
+  // Paired tiles (a band) of a sequence that is not a multiple of Br long end at its end: tile m
+  // holds rows [m Br - lead, (m + 1) Br - lead), lead = M_b Br - sq, so the rows that the last tile
+  // would lack are missing from tile 0, the lightest, instead of the heaviest (there a consumer
+  // whose slice has no row idles through the longest walk; at d = 64, n = 2k, the third of each
+  // head's last tile). Tile 0's rows before 0 read as zeros (TMA) and are neither masked for nor
+  // stored. Not with varlen (a box before a sequence's start would read the previous one's rows;
+  // its tail box moves instead, below) or pack-GQA (the consumers copy Q rows >= 0 only).
   const int rows = p.pack_gqa ? w.sq * p.group : w.sq;
-  int m;
+  int m, lead = 0;
   if (p.pair_tiles) {
     const int m_b = (rows + kBlockM - 1) / kBlockM, j = local >> 1;
     m = (local & 1) ? (j < m_b / 2 ? j : -1) : (j < (m_b + 1) / 2 ? m_b - 1 - j : -1);
+    if (!varlen && !p.pack_gqa) lead = m_b * kBlockM - rows;
   } else {
     m = p.m_blocks - 1 - local;  // past a shorter sequence's end when r0 >= rows
   }
-  w.r0 = m < 0 ? 0 : m * kBlockM;
-  w.r1 = m < 0 ? 0 : min(w.r0 + kBlockM, rows);
+  const int tile_row0 = m * kBlockM - lead;
+  w.r0 = m < 0 ? 0 : max(tile_row0, 0);
+  w.r1 = m < 0 ? 0 : min(tile_row0 + kBlockM, rows);
   if (p.pack_gqa) {
     w.i0 = w.r0 / p.group;
     w.i1 = w.r0 < w.r1 ? (w.r1 - 1) / p.group + 1 : w.i0;
@@ -171,7 +181,7 @@ __device__ __forceinline__ WorkTile work_tile(const ForwardKernelParams& p, int 
     w.i0 = w.r0;
     w.i1 = w.r1;
   }
-  w.q_tile_row0 = varlen && !p.pack_gqa ? min(w.r0, w.sq - kBlockM) : w.r0;
+  w.q_tile_row0 = varlen && !p.pack_gqa ? min(w.r0, w.sq - kBlockM) : m < 0 ? 0 : tile_row0;
   w.band = {w.sk, p.bottom_right ? w.sk - w.sq : 0, p.window_left, p.window_right};
   if (w.empty()) {
     w.tiles = {0, 0};
