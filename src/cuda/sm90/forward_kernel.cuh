@@ -22,8 +22,9 @@
 //
 // A consumer's own 64 rows decide what it computes of the item's tiles (WorkTile::slice_tiles): the
 // walk's first tiles that lie wholly above those rows' diagonal (or right window edge, or all of
-// them for rows past the item's end) it waits for and releases unread, and it masks only the tiles
-// that its rows do not all see whole; the producer loads the item's tiles for all of them alike.
+// them for rows outside the item: past its end, or before row 0 in paired tile 0) it waits for and
+// releases unread, and it masks only the tiles that its rows do not all see whole; the producer
+// loads the item's tiles for all of them alike.
 //
 // At d = 64 (policy narrow_first) a consumer whose rows see none of the last Bc / 2 keys of its first
 // tile computes that tile as a 64 x Bc / 2 S (a narrow S) and its P V in half the key steps.
@@ -517,8 +518,8 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
           turns.pass();
           release_v(g_end - 1);
         } else {
-          // Narrow: the slice sees none of the first tile's last Bc / 2 keys (the causal diagonal of
-          // a slice starting at a multiple of 128 keys), so S(g_first) is a 64 x Bc / 2 GEMM, its
+          // Narrow: the slice sees none of the first tile's last Bc / 2 keys (for instance the causal
+          // diagonal of a slice whose rows start at a multiple of 128; decided at run time), so S(g_first) is a 64 x Bc / 2 GEMM, its
           // softmax half as long, and P(g_first) V(g_first) half the key steps.
           const bool narrow = kNarrowFirst && mine.keys_hi <= w.key_tile_start<kBlockN>(n_top - g_first) + kBlockN / 2;
           const int g_narrow = narrow ? g_first : -1;  // P(g) V(g) takes half the key steps

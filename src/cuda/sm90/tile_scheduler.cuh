@@ -87,7 +87,7 @@ struct WorkTile {
   int r0, r1;           // the item's rows [r0, r1): queries, or pack-GQA rows (empty: skip the item)
   int i0, i1;           // the queries of those rows, [i0, i1) (= [r0, r1) unless pack-GQA)
   int q_tile_row0;      // the row at row 0 of the Q tile: r0, or sq - Br for a varlen tail tile,
-                        // or r0 - lead (< 0) for the first of paired tiles (work_tile)
+                        // or -lead (< 0 when lead > 0) for tile 0 of paired tiles (work_tile)
   bool shift_tail;      // varlen: the last K/V box of the sequence ends at sk (key_tile_start)
   sm80::Band band;
   TileRange tiles;      // key tiles that queries [i0, i1) see
@@ -104,7 +104,8 @@ struct WorkTile {
   // The key tiles that rows [row_begin, row_begin + rows) of the item's row space (a consumer's
   // slice of the Q tile) see, within `tiles`, and those they all see whole, so that they skip the
   // per-element mask. Only the rows in [r0, r1) count: a varlen tail tile's first rows are the
-  // previous tile's, the last tile's may end past the sequence; a slice without rows of the item
+  // previous tile's, paired tile 0's may start before row 0 (work_tile: lead), the last tile's may
+  // end past the sequence; a slice without rows of the item
   // sees none (both ranges empty, at n_end: the walk's start). Whole: the n of `seen` whose keys
   // [n Bc, (n + 1) Bc) lie inside band.keys_seen_by_all = [lo, hi) (lo, hi >= 0), n Bc >= lo and
   // (n + 1) Bc <= hi, so n in [ceil(lo / Bc), floor(hi / Bc)): one run, maybe empty. A tail box
@@ -159,8 +160,8 @@ __device__ __forceinline__ WorkTile work_tile(const ForwardKernelParams& p, int 
   // holds rows [m Br - lead, (m + 1) Br - lead), lead = M_b Br - sq, so the rows that the last tile
   // would lack are missing from tile 0, the lightest, instead of the heaviest (there a consumer
   // whose slice has no row idles through the longest walk; at d = 64, n = 2k, the third of each
-  // head's last tile). Tile 0's rows before 0 read as zeros (TMA) and are neither masked for nor
-  // stored. Not with varlen (a box before a sequence's start would read the previous one's rows;
+  // head's last tile). Tile 0's rows before 0 read as zeros (TMA); they count in no slice's tile
+  // ranges (slice_tiles) and are not stored. Not with varlen (a box before a sequence's start would read the previous one's rows;
   // its tail box moves instead, below) or pack-GQA (the consumers copy Q rows >= 0 only).
   const int rows = p.pack_gqa ? w.sq * p.group : w.sq;
   int m, lead = 0;
