@@ -32,8 +32,9 @@ timed "asan tests" env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTION
 step "Installed package + examples/"
 timed "install + example" bash scripts/check_install.sh
 if command -v nvcc >/dev/null 2>&1; then
+  # From the Release tree built above (its CUDA code compiled once, not again for this check).
   step "Installed package with the CUDA backends + examples/"
-  timed "install (CUDA) + example" env PRESET=release bash scripts/check_install.sh
+  timed "install (CUDA) + example" env BUILD=build/release bash scripts/check_install.sh
 fi
 
 step "Python package (fresh venv: pip install ., pytest tests/python)"
