@@ -519,8 +519,9 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
           release_v(g_end - 1);
         } else {
           // Narrow: the slice sees none of the first tile's last Bc / 2 keys (for instance the causal
-          // diagonal of a slice whose rows start at a multiple of 128; decided at run time), so S(g_first) is a 64 x Bc / 2 GEMM, its
-          // softmax half as long, and P(g_first) V(g_first) half the key steps.
+          // diagonal of a slice whose rows start at a multiple of 128; decided at run time), so
+          // S(g_first) is a 64 x Bc / 2 GEMM, its softmax half as long, and P(g_first) V(g_first)
+          // half the key steps.
           const bool narrow = kNarrowFirst && mine.keys_hi <= w.key_tile_start<kBlockN>(n_top - g_first) + kBlockN / 2;
           const int g_narrow = narrow ? g_first : -1;  // P(g) V(g) takes half the key steps
           // Phase g_first - g_begin: S(g_first) alone.

@@ -39,7 +39,7 @@ struct ForwardTiles {
   bool narrow_first;       // a consumer whose 64 rows see none of the last Bc / 2 keys of its first
                            // tile (a causal diagonal ending at a half tile) computes that tile as a
                            // 64 x Bc / 2 S and a half P V (forward_kernel.cuh); Bc % 128 == 0
-  bool tree_reductions;     // the softmax's row max as a tree, its row sum in four partials
+  bool tree_reductions;    // the softmax's row max as a tree, its row sum in four partials
                            // (softmax.cuh); false: one chain each
   Persistence persistent;
 

@@ -105,8 +105,8 @@ struct WorkTile {
   // slice of the Q tile) see, within `tiles`, and those they all see whole, so that they skip the
   // per-element mask. Only the rows in [r0, r1) count: a varlen tail tile's first rows are the
   // previous tile's, paired tile 0's may start before row 0 (work_tile: lead), the last tile's may
-  // end past the sequence; a slice without rows of the item
-  // sees none (both ranges empty, at n_end: the walk's start). Whole: the n of `seen` whose keys
+  // end past the sequence; a slice without rows of the item sees none (both ranges empty, at
+  // n_end: the walk's start). Whole: the n of `seen` whose keys
   // [n Bc, (n + 1) Bc) lie inside band.keys_seen_by_all = [lo, hi) (lo, hi >= 0), n Bc >= lo and
   // (n + 1) Bc <= hi, so n in [ceil(lo / Bc), floor(hi / Bc)): one run, maybe empty. A tail box
   // that key_tile_start moves back is never one: its tile runs past sk >= hi.
@@ -161,8 +161,9 @@ __device__ __forceinline__ WorkTile work_tile(const ForwardKernelParams& p, int 
   // would lack are missing from tile 0, the lightest, instead of the heaviest (there a consumer
   // whose slice has no row idles through the longest walk; at d = 64, n = 2k, the third of each
   // head's last tile). Tile 0's rows before 0 read as zeros (TMA); they count in no slice's tile
-  // ranges (slice_tiles) and are not stored. Not with varlen (a box before a sequence's start would read the previous one's rows;
-  // its tail box moves instead, below) or pack-GQA (the consumers copy Q rows >= 0 only).
+  // ranges (slice_tiles) and are not stored. Not with varlen (a box before a sequence's start
+  // would read the previous one's rows; its tail box moves instead, below) or pack-GQA (the
+  // consumers copy Q rows >= 0 only).
   const int rows = p.pack_gqa ? w.sq * p.group : w.sq;
   int m, lead = 0;
   if (p.pair_tiles) {
