@@ -125,6 +125,18 @@ std::vector<Case> small_cases() {
   cases.push_back(softcap(causal(make(kBf16, 2, 203, 203, 2, 2, 64)), 30.0f));
   cases.push_back(softcap(make(kFp16, 1, 113, 203, 2, 2, 128), 5.0f, 1.0f));
   cases.push_back(softcap(window(make(kBf16, 1, 300, 203, 4, 2, 256), 50, 0), 20.0f));
+  // Row maxima that grow along the keys, by steps below and above the lazy rescale's threshold
+  // (softmax.cuh: m kept, then moved, tile after tile), and a large scale (a near one-hot softmax
+  // whose maximum jumps).
+  cases.push_back(key_ramp(make(kBf16, 1, 203, 1000, 2, 2, 128), 8.0f));
+  cases.push_back(key_ramp(causal(make(kFp16, 1, 300, 1100, 2, 1, 64)), 8.0f));
+  cases.push_back(key_ramp(make(kBf16, 1, 150, 900, 2, 2, 256), 8.0f));
+  cases.push_back(key_ramp(window(make(kFp16, 1, 203, 800, 2, 2, 96), 300, 0), 12.0f));
+  {
+    Case sharp = make(kBf16, 1, 203, 700, 2, 2, 128);
+    sharp.scale = 1.0f;
+    cases.push_back(sharp);
+  }
   // Strided layouts (gaps must stay untouched), no lse, explicit scale.
   add_strided_pair(cases, causal(make(kBf16, 2, 113, 203, 4, 2, 128)));
   return cases;

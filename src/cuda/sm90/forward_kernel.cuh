@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
   // softmax of S(i - 1); issued first, K(i + 1) no longer queues behind V(i).
   constexpr bool kExpUnderPv = kTiles.exp_under_pv;
   constexpr bool kKAhead = kExpUnderPv;
-  using Softmax = OnlineSoftmax<kTiles.tree_reductions>;
+  using Softmax = OnlineSoftmax<kTiles.tree_reductions, kTiles.lazy_rescale>;
 
   extern __shared__ uint8_t smem_raw[];
   __shared__ alignas(8) Barriers<kStages> bars;
@@ -561,7 +561,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
             wait_v(g - 1);
             turns.take(false);
             issue_s(s, g);
-            Softmax::rescale(o, alpha);
+            softmax.rescale(o, alpha);
             issue_pv(o, pa, g - 1, g - 1 == g_narrow);
             turns.pass();
             // Masked phases wait for both GEMMs: the mask's registers on top of a second S tile cost
@@ -610,7 +610,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
           release_q();
           wait_v(g_end - 1);
           turns.take(false);
-          Softmax::rescale(o, alpha);
+          softmax.rescale(o, alpha);
           issue_pv(o, pa, g_end - 1, g_end - 1 == g_narrow);
           turns.pass();
           hw::wgmma_wait<0>();

@@ -41,6 +41,8 @@ struct ForwardTiles {
                            // 64 x Bc / 2 S and a half P V (forward_kernel.cuh); Bc % 128 == 0
   bool tree_reductions;    // the softmax's row max as a tree, its row sum in four partials
                            // (softmax.cuh); false: one chain each
+  bool lazy_rescale;       // m moves (and o is rescaled) only when a row's maximum exceeds it by
+                           // more than 2^8 in exponent terms (softmax.cuh); false: every tile
   Persistence persistent;
 
   static constexpr int kWarpgroupThreads = 128;
@@ -87,15 +89,17 @@ struct ForwardTiles {
 // +15 to +22% non-causal and +1 to +6% causal at d = 192 (overlap without turns: the softmax's
 // latency is the critical path), -1 to +2% at d = 256; -1 to -3% at d = 64, where identical code
 // reads -2 to +0.5% and the partial sums alone -1.5 to -3.8% (docs/perf.md, 2026-12-02): off at d = 64.
+// Lazy rescaling (against the policy before it, two runs, n = 2k-16k): +0.4 to +3% at d = 64, +0 to
+// +4% at d = 256, -1 to +2% at d = 128 (docs/perf.md, 2026-12-03): on at every head dim.
 constexpr ForwardTiles forward_tiles(int head_dim) {
   switch (head_dim) {
-    //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv narrow_first tree persistent
-    case 64: return {64, 3, 128, 2, 32, 160, true, false, false, true, false, Persistence::kAlways};
-    case 96: return {96, 2, 128, 2, 40, 232, true, true, false, false, true, Persistence::kAlways};
-    case 128: return {128, 2, 128, 2, 40, 232, true, true, false, false, true, Persistence::kAlways};
-    case 192: return {192, 2, 96, 2, 40, 232, true, true, false, false, true, Persistence::kAlways};
-    case 256: return {256, 2, 80, 2, 24, 240, false, true, false, false, true, Persistence::kAlways};
-    default: return {0, 0, 0, 0, 0, 0, false, false, false, false, false, Persistence::kNever};
+    //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv narrow_first tree lazy persistent
+    case 64: return {64, 3, 128, 2, 32, 160, true, false, false, true, false, true, Persistence::kAlways};
+    case 96: return {96, 2, 128, 2, 40, 232, true, true, false, false, true, true, Persistence::kAlways};
+    case 128: return {128, 2, 128, 2, 40, 232, true, true, false, false, true, true, Persistence::kAlways};
+    case 192: return {192, 2, 96, 2, 40, 232, true, true, false, false, true, true, Persistence::kAlways};
+    case 256: return {256, 2, 80, 2, 24, 240, false, true, false, false, true, true, Persistence::kAlways};
+    default: return {0, 0, 0, 0, 0, 0, false, false, false, false, false, false, Persistence::kNever};
   }
 }
 

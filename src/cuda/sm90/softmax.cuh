@@ -8,6 +8,12 @@
 // The scale is folded into exp2 (scale_log2 = scale log2 e). A row that has seen only masked keys
 // keeps m = -inf; its exponent base is then 0, so P = 0 and alpha = 0 instead of NaN, and it ends
 // with O = 0 and lse = -inf.
+// Lazy rescaling (kLazy, FlashAttention-4's): m is only a reference each row's exponents are taken
+// against, kept while no row of the warp exceeds it by more than kLazyRescaleLog2 / scale_log2.
+// Then alpha = 1 and o *= alpha is skipped (the warp branches around it); the exponents stay below
+// 2^kLazyRescaleLog2 = 256, far from overflow in fp32 and in P's 16-bit type, and since m, l and o
+// move together, O = o / l and lse are the same. Once a row exceeds it, the warp's rows all take
+// their maxima, as without kLazy.
 #pragma once
 
 #include <cmath>
@@ -34,10 +40,13 @@ __device__ __forceinline__ float tree_max(const float (&s)[kS], int r) {
 // kTree (policy.hpp: tree_reductions): each row's max over a tile as a pairwise tree and its sum in
 // four interleaved partials (dependency chains of log2(N / 4) fmax and N / 16 adds, against N / 4
 // and N / 4 as one chain each; the sum's rounding order differs, not its precision).
-template <bool kTree>
+inline constexpr float kLazyRescaleLog2 = 8.0f;
+
+template <bool kTree, bool kLazy>
 struct OnlineSoftmax {
   float m[2];
   float l[2];
+  bool moved;  // the last update moved m (alpha != 1): o must be rescaled; uniform over the warp
 
   __device__ __forceinline__ void init() {
 #pragma unroll
@@ -45,12 +54,14 @@ struct OnlineSoftmax {
       m[r] = -INFINITY;
       l[r] = 0.0f;
     }
+    moved = true;
   }
 
   // Turns the scores s of one K tile into unnormalised P (in place); alpha receives each row's
   // rescaling factor, by which o must be multiplied before P V is added to it.
   template <int kS>
   __device__ __forceinline__ void update(float (&s)[kS], float scale_log2, float (&alpha)[2]) {
+    float m_new[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float row_max = m[r];
@@ -60,10 +71,23 @@ struct OnlineSoftmax {
 #pragma unroll
         for (int j = 0; j < kS / 4; ++j) row_max = fmaxf(row_max, fmaxf(s[acc_index(j, r, 0)], s[acc_index(j, r, 1)]));
       }
-      const float m_new = cuda::quad_max(row_max);
-      const float base = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
+      m_new[r] = cuda::quad_max(row_max);
+    }
+    if constexpr (kLazy) {
+      // -inf to a finite maximum moves (inf > 8); -inf to -inf does not (NaN compares false).
+      const bool exceeds = (m_new[0] - m[0]) * scale_log2 > kLazyRescaleLog2 ||
+                           (m_new[1] - m[1]) * scale_log2 > kLazyRescaleLog2;
+      moved = __any_sync(0xffffffffu, exceeds);
+      if (!moved) {
+        m_new[0] = m[0];
+        m_new[1] = m[1];
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float base = m_new[r] == -INFINITY ? 0.0f : m_new[r] * scale_log2;
       alpha[r] = cuda::fast_exp2(m[r] * scale_log2 - base);
-      m[r] = m_new;
+      m[r] = m_new[r];
       constexpr int kSums = kTree ? 4 : 1;
       float row_sum[kSums] = {};
 #pragma unroll
@@ -79,9 +103,10 @@ struct OnlineSoftmax {
     }
   }
 
-  // o *= alpha, row by row.
+  // o *= alpha, row by row (nothing when the last update kept m).
   template <int kO>
-  __device__ __forceinline__ static void rescale(float (&o)[kO], const float (&alpha)[2]) {
+  __device__ __forceinline__ void rescale(float (&o)[kO], const float (&alpha)[2]) const {
+    if (kLazy && !moved) return;
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll

@@ -39,6 +39,7 @@ std::string Case::name() const {
     s << "_bias" << bias << (bias_dtype == DType::kFloat32 ? "f32" : bias_dtype == DType::kFloat16 ? "f16" : "bf16");
   if (mask != 0) s << (mask == 1 ? "_maskRandom" : mask == 2 ? "_maskKeys" : "_maskBlocks");
   if (scale != 0.0f) s << "_scale" << static_cast<int>(scale * 100);
+  if (key_ramp != 0.0f) s << "_ramp" << static_cast<int>(key_ramp);
   return s.str();
 }
 
@@ -61,6 +62,10 @@ Case window(Case c, int64_t left, int64_t right) {
 Case softcap(Case c, float cap, float scale) {
   c.softcap = cap;
   c.scale = scale;
+  return c;
+}
+Case key_ramp(Case c, float growth) {
+  c.key_ramp = growth;
   return c;
 }
 Case alibi(Case c, int kind) {
@@ -200,7 +205,10 @@ void Problem::fill(uint64_t seed) {
     for (int64_t bb = 0; bb < b->batch; ++bb)
       for (int64_t r = 0; r < b->rows; ++r)
         for (int64_t h = 0; h < b->heads; ++h)
-          for (int64_t i = 0; i < b->dim; ++i) b->host[b->at(bb, r, h, i)] = to_storage(normal(rng), c.dtype);
+          for (int64_t i = 0; i < b->dim; ++i) {
+            const float ramp = b == &k ? 1.0f + c.key_ramp * static_cast<float>(r) / static_cast<float>(b->rows) : 1.0f;
+            b->host[b->at(bb, r, h, i)] = to_storage(ramp * normal(rng), c.dtype);
+          }
   q.upload();
   k.upload();
   v.upload();

@@ -41,6 +41,8 @@ struct Case {
   int bias = 0;               // 0: none, 1: [B, H, Sq, Sk], 2: [Sq, Sk] (batch, head broadcast), 3: [H, Sk] (rows too)
   flashattn::DType bias_dtype = flashattn::DType::kFloat32;
   int mask = 0;               // 0: none, 1: random, 2: key padding [B, Sk], 3: block-sparse with masked rows
+  float key_ramp = 0.0f;      // key row r (of `rows`) scaled by 1 + key_ramp r / rows: row maxima that
+                              // keep growing along the keys, in steps large and small
 
   int64_t head_dim_v() const { return dv > 0 ? dv : d; }
   std::string name() const;
@@ -55,6 +57,7 @@ Case alibi(Case c, int kind);
 Case bias(Case c, int kind, flashattn::DType t);
 Case mask(Case c, int kind);
 Case head_dim_v(Case c, int64_t dv);
+Case key_ramp(Case c, float growth);
 // A variable-length batch of the given sequence lengths (batch, sq and sk then follow from them).
 Case varlen(Case c, std::vector<int32_t> lengths_q, std::vector<int32_t> lengths_k);
 // Every modifier at once.
