@@ -37,11 +37,12 @@ __device__ __forceinline__ float tree_max(const float (&s)[kS], int r) {
   }
 }
 
+inline constexpr float kLazyRescaleLog2 = 8.0f;  // lazy rescaling's threshold (above), in exponent terms
+
 // kTree (policy.hpp: tree_reductions): each row's max over a tile as a pairwise tree and its sum in
 // four interleaved partials (dependency chains of log2(N / 4) fmax and N / 16 adds, against N / 4
 // and N / 4 as one chain each; the sum's rounding order differs, not its precision).
-inline constexpr float kLazyRescaleLog2 = 8.0f;
-
+// kLazy (policy.hpp: lazy_rescale): the lazy rescaling above.
 template <bool kTree, bool kLazy>
 struct OnlineSoftmax {
   float m[2];

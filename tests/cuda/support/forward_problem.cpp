@@ -203,12 +203,11 @@ void Problem::fill(uint64_t seed) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (Buffer* b : {&q, &k, &v})
     for (int64_t bb = 0; bb < b->batch; ++bb)
-      for (int64_t r = 0; r < b->rows; ++r)
+      for (int64_t r = 0; r < b->rows; ++r) {
+        const float ramp = b == &k ? 1.0f + c.key_ramp * static_cast<float>(r) / static_cast<float>(b->rows) : 1.0f;
         for (int64_t h = 0; h < b->heads; ++h)
-          for (int64_t i = 0; i < b->dim; ++i) {
-            const float ramp = b == &k ? 1.0f + c.key_ramp * static_cast<float>(r) / static_cast<float>(b->rows) : 1.0f;
-            b->host[b->at(bb, r, h, i)] = to_storage(ramp * normal(rng), c.dtype);
-          }
+          for (int64_t i = 0; i < b->dim; ++i) b->host[b->at(bb, r, h, i)] = to_storage(ramp * normal(rng), c.dtype);
+      }
   q.upload();
   k.upload();
   v.upload();
