@@ -2,16 +2,17 @@
 # The GPU check, in one call on a GPU machine (an H200 here): configure and build the CUDA backends
 # for sm_80 and sm_90a (ptxas report: registers, spills), run the GPU tests (the sm80 kernels, the
 # CPU-vs-GPU comparison, the Hopper primitives), compute-sanitizer memcheck and racecheck on small
-# cases, the SASS instruction mix, flashattn-bench --device cuda, then the forward and backward
-# benchmark beside PyTorch SDPA's backends, whose short table is printed last.
+# cases, the SASS instruction mix, the tensor cores' rate per wgmma shape (flashattn_wgmma_rate),
+# flashattn-bench --device cuda, then the forward and backward benchmark beside PyTorch SDPA's
+# backends, whose short table is printed last.
 #
 #   scripts/gpu_check.sh                      everything
-#   STEPS="build test" scripts/gpu_check.sh   some steps (build test sanitize sass gpubench bench)
+#   STEPS="build test" scripts/gpu_check.sh   some steps (build test sanitize sass rate gpubench bench)
 #   BENCH_ARGS="--dims 128 --seqlens 8192"    passed to tools/gpu/bench_sdpa.py (default --backward --options)
 # Logs go to $OUT (or build/gpu-check) and the build to build/gpu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STEPS=${STEPS:-"build test sanitize sass gpubench bench"}
+STEPS=${STEPS:-"build test sanitize sass rate gpubench bench"}
 LOGS=${OUT:-build/gpu-check}
 BUILD=build/gpu
 mkdir -p "$LOGS"
@@ -26,7 +27,7 @@ if has build; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_PTXAS_VERBOSE=ON \
         ${CMAKE_ARGS:-} > "$LOGS/configure.log"
   cmake --build "$BUILD" -j "$(nproc)" --target flashattn_cuda_tests flashattn_shim flashattn_tests flashattn-bench \
-        flashattn_bench_tests flashattn_sm90_primitive_tests \
+        flashattn_bench_tests flashattn_sm90_primitive_tests flashattn_wgmma_rate \
         > "$LOGS/build.log" 2>&1 || { tail -50 "$LOGS/build.log"; exit 1; }
   echo "[time] build: $(( $(date +%s) - t0 )) s"
   # ptxas: a "Compiling entry function" line per kernel and target, then its usage lines.
@@ -95,6 +96,11 @@ if has sass; then
     for op in HMMA HGMMA LDSM LDGSTS UTMALDG SYNCS MUFU.EX2 BAR.SYNC LDL STL; do printf " %s=%s" "$op" "$(grep -c "$op" "$LOGS/sass.txt")"; done
     echo
   done
+fi
+
+if has rate; then
+  step "tensor-core rate per wgmma shape, A from shared memory (SS) or registers (RS)"
+  "$BUILD/tools/gpu/flashattn_wgmma_rate" --ms 30 | tee "$LOGS/wgmma_rate.log"
 fi
 
 if has gpubench; then

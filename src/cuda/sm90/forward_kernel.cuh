@@ -230,6 +230,28 @@ __device__ __forceinline__ void score_gemm(float (&s)[kAcc], uint32_t q_slice, u
   hw::wgmma_fence_operand(s);
 }
 
+// The same with Q from registers (policy q_in_registers): qa, the A operand of every k16 step.
+template <class T, int kHeadDim, class KTile, int kAcc>
+__device__ __forceinline__ void score_gemm(float (&s)[kAcc], const uint32_t (&qa)[kHeadDim / 16][4], uint32_t k_tile) {
+  hw::wgmma_fence();
+#pragma unroll
+  for (int k16 = 0; k16 < kHeadDim / 16; ++k16)
+    hw::wgmma_rs<T, 0>(s, qa[k16], hw::k_major_descriptor<KTile>(k_tile, k16), k16 > 0);
+  hw::wgmma_commit();
+  hw::wgmma_fence_operand(s);
+}
+
+// A consumer warp's 16 rows of the Q tile (tile rows warp_row0 ..) as the A operand of Q Kᵀ, one
+// ldmatrix_x4 per 16 of the head dim: its four 8 x 8 matrices (rows 0-7 and 8-15 of the warp's,
+// columns k and k + 8; lanes 8 i .. 8 i + 7 address matrix i's rows) are a[0..3] of wgmma.cuh.
+template <int kHeadDim, class QTile>
+__device__ __forceinline__ void load_q_operand(uint32_t (&qa)[kHeadDim / 16][4], uint32_t q_addr, int warp_row0,
+                                               int lane) {
+  const int row = warp_row0 + lane % 8 + 8 * (lane / 8 % 2), col = 8 * (lane / 16);
+#pragma unroll
+  for (int k16 = 0; k16 < kHeadDim / 16; ++k16) cuda::ldmatrix_x4(qa[k16], q_addr + QTile::offset(row, 16 * k16 + col));
+}
+
 // O += P V over the first kSteps 16-key steps of the V tile at v_tile (P from registers), one group.
 template <class T, class VTile, int kSteps, int kO, int kPSteps>
 __device__ __forceinline__ void value_gemm(float (&o)[kO], const uint32_t (&pa)[kPSteps][4], uint32_t v_tile) {
@@ -296,6 +318,8 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
   constexpr bool kExpUnderPv = kTiles.exp_under_pv;
   constexpr bool kKAhead = kExpUnderPv;
   using Softmax = OnlineSoftmax<kTiles.tree_reductions, kTiles.lazy_rescale>;
+  // Q from registers: loaded once per item, after which the Q tile is free for the next item's load.
+  constexpr bool kQRegs = kTiles.q_in_registers;
 
   extern __shared__ uint8_t smem_raw[];
   __shared__ alignas(8) Barriers<kStages> bars;
@@ -420,13 +444,28 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
     const auto release_v = [&](int g) { hw::mbarrier_arrive(bar(bars.v_empty[slot_of(g)])); };
     // Once the item's last S is done, the Q tile is free for the next item's TMA load (wgmma read
     // it through the async proxy, which the load writes through; pack-GQA: no TMA, no q_empty).
-    const auto release_q = [&] {
+    // With Q in registers it is free once they are loaded (release_q_loaded), and the item's last S
+    // releases nothing.
+    const auto release_q_loaded = [&] {
       if (!p.pack_gqa) hw::mbarrier_arrive(bar(bars.q_empty));
     };
-    // S = Q K(g)ᵀ, issued and committed as one group; s belongs to the tensor cores until a wait
-    // retires the group (then wgmma_fence_operand(s)); a narrow S (the tile's first Bc / 2 keys)
-    // calls score_gemm with kS / 2 accumulators.
-    const auto issue_s = [&](float(&s)[kS], int g) { score_gemm<T, kHeadDim, QTile, KTile>(s, q_slice, k_slot(slot_of(g))); };
+    const auto release_q = [&] {
+      if (!kQRegs) release_q_loaded();
+    };
+    uint32_t qa[kQRegs ? kHeadDim / 16 : 1][4];  // Q's A operand (kQRegs), from the Q tile each item
+    // S = Q K(g)ᵀ (first 2 kAcc keys: all, or a narrow S's half), issued and committed as one group;
+    // s belongs to the tensor cores until a wait retires the group (then wgmma_fence_operand(s), and
+    // with Q from registers keep_alive(qa)).
+    const auto score = [&](auto& s, int g) {
+      if constexpr (kQRegs)
+        score_gemm<T, kHeadDim, KTile>(s, qa, k_slot(slot_of(g)));
+      else
+        score_gemm<T, kHeadDim, QTile, KTile>(s, q_slice, k_slot(slot_of(g)));
+    };
+    const auto s_retired = [&] {
+      if constexpr (kQRegs) keep_alive(qa);
+    };
+    const auto issue_s = [&](float(&s)[kS], int g) { score(s, g); };
     // O += P V(g), one group; pa (P) and o belong to the tensor cores until a wait retires it (then
     // wgmma_fence_operand(o) and keep_alive(pa)). Narrow (after a narrow S): the first kPSteps / 2
     // key steps.
@@ -458,6 +497,10 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
       } else {
         hw::mbarrier_wait(bar(bars.q_full), progress.q_parity());
       }
+      if constexpr (kQRegs) {
+        load_q_operand<kHeadDim, QTile>(qa, q_addr, warp_row0, lane);
+        release_q_loaded();
+      }
 #pragma unroll
       for (int x = 0; x < kO; ++x) o[x] = 0.0f;
       Softmax softmax;
@@ -479,6 +522,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
           issue_s(s, g);
           hw::wgmma_wait<0>();
           hw::wgmma_fence_operand(s);
+          s_retired();
           release_k(g);
           if (g == g_end - 1) release_q();
 
@@ -530,10 +574,11 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
           turns.take(/*block_first_phase=*/g_first == g_begin && !progress.started());
           // s: the whole tile, or a narrow S's half (which always masks: keys_hi lies inside it).
           const auto first_phase = [&](auto& s, bool mask) {
-            score_gemm<T, kHeadDim, QTile, KTile>(s, q_slice, k_slot(slot_of(g_first)));
+            score(s, g_first);
             turns.pass();
             hw::wgmma_wait<0>();
             hw::wgmma_fence_operand(s);
+            s_retired();
             release_k(g_first);
             if (g_first > g_begin) release_v(g_first - 1);
             modify(s, g_first, mask);
@@ -569,6 +614,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
             if constexpr (kOverlap && std::is_same_v<decltype(mask), std::false_type>) {
               hw::wgmma_wait<1>();  // S(g) done; P(g-1) V(g-1) may still run
               hw::wgmma_fence_operand(s);
+              s_retired();
               release_k(g);
               modify(s, g, mask);
               softmax.update(s, score_scale_log2, alpha);
@@ -584,6 +630,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
               hw::wgmma_fence_operand(s);
               hw::wgmma_fence_operand(o);
               keep_alive(pa);
+              s_retired();
               release_k(g);
               release_v(g - 1);
               modify(s, g, mask);

@@ -43,6 +43,9 @@ struct ForwardTiles {
                            // (softmax.cuh); false: one chain each
   bool lazy_rescale;       // m moves (and o is rescaled) only when a row's maximum exceeds it by
                            // more than 2^8 in exponent terms (softmax.cuh); false: every tile
+  bool q_in_registers;     // S = Q Kᵀ takes Q from registers (wgmma RS; d / 4 registers per thread,
+                           // loaded once per item with ldmatrix, the Q tile freed at once);
+                           // false: from shared memory (wgmma SS)
   Persistence persistent;
 
   static constexpr int kWarpgroupThreads = 128;
@@ -91,15 +94,20 @@ struct ForwardTiles {
 // reads -2 to +0.5% and the partial sums alone -1.5 to -3.8% (docs/perf.md, 2026-12-02): off at d = 64.
 // Lazy rescaling (against the policy before it, two runs, n = 2k-16k): +0.4 to +3% at d = 64, +0 to
 // +4% at d = 256, -1 to +2% at d = 128 (docs/perf.md, 2026-12-03): on at every head dim.
+// Q in registers (one process, against Q from shared memory): d = 128 +1.4 to +2.9% at n = 4k-16k
+// non-causal, +0.6 to +3% causal, -1% at 2k non-causal; d = 96 -0.5 to +2.8%. A from registers
+// draws less power than from shared memory (tools/gpu/wgmma_rate.cu: m64n128k16 RS holds 1615 MHz,
+// SS 1575), docs/perf.md, 2026-12-03. d = 64 (three consumers, 160 registers) spills 96 bytes with
+// it, d = 192 144 bytes, and d = 256 has no 64 registers to spare: off there.
 constexpr ForwardTiles forward_tiles(int head_dim) {
   switch (head_dim) {
-    //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv narrow_first tree lazy persistent
-    case 64: return {64, 3, 128, 2, 32, 160, true, false, false, true, false, true, Persistence::kAlways};
-    case 96: return {96, 2, 128, 2, 40, 232, true, true, false, false, true, true, Persistence::kAlways};
-    case 128: return {128, 2, 128, 2, 40, 232, true, true, false, false, true, true, Persistence::kAlways};
-    case 192: return {192, 2, 96, 2, 40, 232, true, true, false, false, true, true, Persistence::kAlways};
-    case 256: return {256, 2, 80, 2, 24, 240, false, true, false, false, true, true, Persistence::kAlways};
-    default: return {0, 0, 0, 0, 0, 0, false, false, false, false, false, false, Persistence::kNever};
+    //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv narrow_first tree lazy q_regs persistent
+    case 64: return {64, 3, 128, 2, 32, 160, true, false, false, true, false, true, false, Persistence::kAlways};
+    case 96: return {96, 2, 128, 2, 40, 232, true, true, false, false, true, true, true, Persistence::kAlways};
+    case 128: return {128, 2, 128, 2, 40, 232, true, true, false, false, true, true, true, Persistence::kAlways};
+    case 192: return {192, 2, 96, 2, 40, 232, true, true, false, false, true, true, false, Persistence::kAlways};
+    case 256: return {256, 2, 80, 2, 24, 240, false, true, false, false, true, true, false, Persistence::kAlways};
+    default: return {0, 0, 0, 0, 0, 0, false, false, false, false, false, false, false, Persistence::kNever};
   }
 }
 
