@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kWarpgroups * 128, 1) rate_kernel(float* sink,
   const int n_words = (kWarpgroups * L::ATile::kBytes + L::BTile::kBytes) / 4;
   for (int i = threadIdx.x; i < n_words; i += blockDim.x) words[i] = random_pair(i + 7919u * blockIdx.x);
   __syncthreads();
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic stores -> wgmma's reads
+  hw::fence_proxy_async_shared();  // generic stores -> wgmma's reads
   __syncthreads();
 
   const int wg = threadIdx.x / 128;

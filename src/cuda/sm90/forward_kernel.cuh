@@ -7,7 +7,8 @@
 //       and the item's Q tile right after its first K tile; full[slot] completes when a tile's
 //       bytes land (expect_tx), empty[slot] when every consumer thread has finished reading it.
 //       Q waits for q_empty, which the consumers pass once the previous item's last S = Q Kᵀ is
-//       done (its last P V and epilogue still to run). Order:
+//       done (its last P V and epilogue still to run), or with Q in registers (policy
+//       q_in_registers) once they have loaded it at the item's start. Order:
 //       K(0), Q, V(0), K(1), V(1), ...; with the policy's exp_under_pv K(0), Q, K(1), V(0), K(2),
 //       V(1), ... (K(i + 1) before V(i), kKAhead below).
 //   consumer warpgroup c (C of them, 64 rows each):  per tile, S = Q Kᵀ (wgmma from shared memory),
@@ -465,7 +466,6 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
     const auto s_retired = [&] {
       if constexpr (kQRegs) keep_alive(qa);
     };
-    const auto issue_s = [&](float(&s)[kS], int g) { score(s, g); };
     // O += P V(g), one group; pa (P) and o belong to the tensor cores until a wait retires it (then
     // wgmma_fence_operand(o) and keep_alive(pa)). Narrow (after a narrow S): the first kPSteps / 2
     // key steps.
@@ -519,7 +519,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
           }
           float s[kS];
           wait_k(g);
-          issue_s(s, g);
+          score(s, g);
           hw::wgmma_wait<0>();
           hw::wgmma_fence_operand(s);
           s_retired();
@@ -605,7 +605,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
             wait_k(g);
             wait_v(g - 1);
             turns.take(false);
-            issue_s(s, g);
+            score(s, g);
             softmax.rescale(o, alpha);
             issue_pv(o, pa, g - 1, g - 1 == g_narrow);
             turns.pass();
