@@ -7,12 +7,12 @@
 # backends, whose short table is printed last.
 #
 #   scripts/gpu_check.sh                      everything
-#   STEPS="build test" scripts/gpu_check.sh   some steps (build test sanitize sass rate gpubench bench)
+#   STEPS="build test" scripts/gpu_check.sh   some steps (build test sanitize sass rate gpubench split bench)
 #   BENCH_ARGS="--dims 128 --seqlens 8192"    passed to tools/gpu/bench_sdpa.py (default --backward --options)
 # Logs go to $OUT (or build/gpu-check) and the build to build/gpu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STEPS=${STEPS:-"build test sanitize sass rate gpubench bench"}
+STEPS=${STEPS:-"build test sanitize sass rate gpubench split bench"}
 LOGS=${OUT:-build/gpu-check}
 BUILD=build/gpu
 mkdir -p "$LOGS"
@@ -76,14 +76,14 @@ fi
 if has sanitize; then
   step "compute-sanitizer memcheck (small cases)"
   compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/flashattn_cuda_tests" --gtest_brief=1 \
-      --gtest_filter='*Small*' > "$LOGS/memcheck.log" 2>&1 && echo "memcheck: clean" || { tail -30 "$LOGS/memcheck.log"; exit 1; }
+      --gtest_filter='*Small*:Sm90ForwardSplit.Deterministic*:*Sm90ForwardSplit*k129*' > "$LOGS/memcheck.log" 2>&1 && echo "memcheck: clean" || { tail -30 "$LOGS/memcheck.log"; exit 1; }
   step "compute-sanitizer racecheck (a few small cases)"
   compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/flashattn_cuda_tests" --gtest_brief=1 \
       --gtest_filter='*Small*q203_k113*:*Small*varlen*:*SmallRepeat*:Sm80BackwardSmall.VarlenWithEmptySequences:Sm80BackwardSmall.GqaMqa:Sm80BackwardSmall.DeterministicRunsAreBitIdentical:Sm80BackwardSmall.AllModsGqaVarlen:Sm90Pipeline.*:*Sm90ForwardSmall*d128*:*Sm90ForwardVarlen*:*Sm90ForwardPackGqa*d128*' > "$LOGS/racecheck.log" 2>&1 \
       && echo "racecheck: clean" || { tail -30 "$LOGS/racecheck.log"; exit 1; }
   step "compute-sanitizer synccheck (the Hopper forward's named barriers and mbarriers, across persistent items)"
   compute-sanitizer --tool synccheck --error-exitcode 9 "$BUILD/tests/cuda/flashattn_cuda_tests" --gtest_brief=1 \
-      --gtest_filter='*Sm90ForwardSmall*d128*:*Sm90ForwardSmall*d64*:*Sm90ForwardVarlen*:*Sm90ForwardPersistent*:*Sm90ForwardPackGqa*d128*:*Sm90ForwardPackGqa*d64*' > "$LOGS/synccheck.log" 2>&1 \
+      --gtest_filter='*Sm90ForwardSmall*d128*:*Sm90ForwardSmall*d64*:*Sm90ForwardVarlen*:*Sm90ForwardPersistent*:*Sm90ForwardPackGqa*d128*:*Sm90ForwardPackGqa*d64*:Sm90ForwardSplit.Deterministic*:*Sm90ForwardSplit*k129*' > "$LOGS/synccheck.log" 2>&1 \
       && echo "synccheck: clean" || { tail -30 "$LOGS/synccheck.log"; exit 1; }
 fi
 
@@ -111,6 +111,11 @@ if has gpubench; then
     python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: r[k] for k in r if k.startswith(('flash_', 'max_abs', 'bwd_', 'kernel', 'device_name'))})" \
         "$LOGS/flashattn_bench.json"
   done
+fi
+
+if has split; then
+  step "the sm90 forward's split tail: with and without, shapes around wave boundaries and decode"
+  PYTHONUNBUFFERED=1 python3 tools/gpu/split_tail.py --lib "$BUILD/tools/gpu/libflashattn_shim.so" 2>&1 | tee "$LOGS/split_tail.log"
 fi
 
 if has bench; then

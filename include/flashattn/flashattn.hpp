@@ -182,7 +182,11 @@ struct Launch {
   int num_threads = 0;           // CPU: 0 = every hardware thread
   void* stream = nullptr;        // cudaStream_t for GPU backends
   void* workspace = nullptr;     // caller-owned scratch of at least *_workspace_size() bytes, any
-  size_t workspace_bytes = 0;    // alignment; CPU backends allocate it themselves when it is null
+  size_t workspace_bytes = 0;    // alignment; CPU backends allocate it themselves when it is null.
+                                 // GPU backends need it whenever the size is not 0 (the backward;
+                                 // the kCudaSm90 forward where it splits its last wave of work
+                                 // over every SM: about 7-18 MB), device memory of the stream's
+                                 // device, not used by another call in flight
 };
 
 // One selection point per operation: these three agree by construction.

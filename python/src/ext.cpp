@@ -343,7 +343,7 @@ fa::Launch make_launch(const View& q, int backend, uintptr_t stream, const View&
 
 // Runs op(params, launch) without the GIL. A GPU backend needs caller-owned workspace: when it is
 // missing or too small, nothing runs and the byte count is returned so the caller can allocate it.
-// The run is tried first and the size asked only when it fails (the GPU forward needs none): one
+// The run is tried first and the size asked only when it fails (the GPU forward mostly needs none): one
 // pass through the selection point's checks per call instead of two, which a tiny call notices.
 template <class Params, class SizeFn, class RunFn>
 int64_t run(const Params& p, const fa::Launch& l, SizeFn size_fn, RunFn run_fn) {

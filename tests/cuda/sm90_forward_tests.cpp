@@ -8,13 +8,15 @@
 // problem, sm80 for the rest), and refusals that name what is not taken, writing nothing. Suites:
 // Small, Large (long sequences, 64-bit offsets), Varlen (variable-length batches), Persistent
 // (many more work items than multiprocessors: the persistent tile scheduler), PackGqa (the rows of
-// a kv head's query heads packed into shared tiles: decode and few-row GQA/MQA shapes).
+// a kv head's query heads packed into shared tiles: decode and few-row GQA/MQA shapes), Split (the
+// split tail: the last wave's items cut into key ranges over every block).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -213,6 +215,52 @@ std::vector<Case> persistent_cases() {
   return cases;
 }
 
+// The split tail (tile_scheduler.cuh, split_tail.cuh): items of equal cost (no band, no varlen)
+// that do not fill the last wave of the persistent grid (checked first: the case asks for the split's
+// workspace), so that the last rounds run as units (item, key tile) and items cut over two blocks
+// merge their states through the workspace. Every head dim (Bc = 128, 128, 128, 96, 80: 8, 8, 8,
+// 11 and 13 key tiles of 1000 keys, the last one partial), one round of whole items before the
+// tail or none, GQA and MQA, Sq != Sk, softcap, strided layouts, two key tiles per item (a block
+// range that holds barely more than one item), and decode-like pack-GQA rows (140 items on 132
+// blocks: all of them in the tail).
+std::vector<Case> split_cases() {
+  std::vector<Case> cases;
+  constexpr DType kBf16 = DType::kBFloat16, kFp16 = DType::kFloat16;
+  cases.push_back(make(kBf16, 3, 1000, 1000, 20, 20, 128));  // 480 items: 1 whole round, 216 in the tail
+  cases.push_back(make(kFp16, 3, 1000, 1000, 20, 20, 64));   // 360 items of 192 rows
+  cases.push_back(make(kBf16, 3, 1000, 1000, 20, 20, 256));
+  cases.push_back(make(kFp16, 3, 1000, 1000, 20, 4, 96));
+  cases.push_back(make(kBf16, 3, 1000, 1000, 20, 20, 192));
+  cases.push_back(make(kBf16, 2, 600, 2100, 24, 1, 128));    // MQA, Sq != Sk: pack-GQA, 226 items
+  cases.push_back(make(kFp16, 2, 1500, 129, 16, 8, 128));     // two key tiles per item
+  cases.push_back(softcap(make(kBf16, 3, 1000, 1000, 20, 10, 128), 20.0f));
+  cases.push_back(make(kBf16, 70, 1, 1000, 16, 2, 128));     // pack-GQA decode: 140 items
+  add_strided_pair(cases, make(kFp16, 3, 1000, 777, 20, 20, 128));
+  return cases;
+}
+
+// FLASHATTN_SM90_SPLIT=value for the guard's scope (forward.cu reads it at every call): 1 splits
+// wherever the problem allows, whatever the idle share, so that small shapes test the mechanism.
+class SplitEnv {
+ public:
+  explicit SplitEnv(const char* value) { setenv("FLASHATTN_SM90_SPLIT", value, 1); }
+  ~SplitEnv() { unsetenv("FLASHATTN_SM90_SPLIT"); }
+  SplitEnv(const SplitEnv&) = delete;
+  SplitEnv& operator=(const SplitEnv&) = delete;
+};
+
+class Sm90ForwardSplit : public ::testing::TestWithParam<Case> {};
+TEST_P(Sm90ForwardSplit, MatchesReferenceAndSm80) {
+  SKIP_UNLESS_HOPPER();
+  const SplitEnv always("1");
+  {
+    const std::unique_ptr<Problem> pb = new_problem(GetParam());
+    if (::testing::Test::HasFailure()) return;
+    ASSERT_GT(fd::cuda_sm90_forward_workspace(pb->params()), 0u) << "the case must take the split tail";
+  }
+  check_case(GetParam());
+}
+
 // Pack-GQA (tile_scheduler.cuh, policy.hpp's pack_gqa): every case here must be one the rule packs
 // (checked first), so that the packed Q copy, the per-row query index of the mask (r / group), the
 // query range behind the visible and fully-seen key tiles, and the per-row (query, head) epilogue
@@ -309,6 +357,57 @@ INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardLarge, ::testing::ValuesIn(large_case
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardVarlen, ::testing::ValuesIn(varlen_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardPersistent, ::testing::ValuesIn(persistent_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardPackGqa, ::testing::ValuesIn(pack_gqa_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardSplit, ::testing::ValuesIn(split_cases()), case_name);
+
+// The split tail gives the same bits run after run (either part of a cut item may finish first; the
+// merge's sum does not depend on which), and without the workspace it asks for, the call is refused
+// naming launch.workspace, the output untouched.
+TEST(Sm90ForwardSplit, DeterministicAndNeedsItsWorkspace) {
+  SKIP_UNLESS_HOPPER();
+  const SplitEnv always("1");
+  std::unique_ptr<Problem> pb(new_problem(make(DType::kBFloat16, 3, 1000, 1000, 20, 20, 128)));
+  ASSERT_GT(fd::cuda_sm90_forward_workspace(pb->params()), 0u);
+  std::vector<float> lse_a, lse_b;
+  run(*pb, Backend::kCudaSm90, &lse_a);
+  const std::vector<uint16_t> first = pb->o.host;
+  for (int i = 0; i < 3; ++i) {
+    run(*pb, Backend::kCudaSm90, &lse_b);
+    ASSERT_EQ(first, pb->o.host) << "run " << i + 2;
+    ASSERT_EQ(0, std::memcmp(lse_a.data(), lse_b.data(), lse_a.size() * 4)) << "run " << i + 2;
+  }
+  pb->poison();
+  flashattn::Launch sm90;
+  sm90.backend = Backend::kCudaSm90;
+  const flashattn::Status st = flashattn::forward(pb->params(), sm90);
+  EXPECT_EQ(st.code, StatusCode::kInvalidArgument) << st.message;
+  EXPECT_NE(st.message.find("launch.workspace"), std::string::npos) << st.message;
+  CUDA_OK(cudaDeviceSynchronize());
+  pb->o.download();
+  for (uint16_t x : pb->o.host) ASSERT_EQ(x, kPoison16) << "a refused call wrote the output";
+}
+
+// The rule (forward.cu, split_tail): the split where the last wave would leave enough idle (160
+// items of 32 key tiles on 114-132 SMs: 1.2-1.4 waves), not where items do not all cost the same
+// (causal), not with fewer items than SMs, not when FLASHATTN_SM90_SPLIT=0; on 132 SMs not for a
+// last wave 97% full (256 items: 8 blocks idle for 32 tiles, 2 tiles' time a block on average).
+TEST(Sm90ForwardSplit, RuleSplitsWhereTheLastWaveIdles) {
+  SKIP_UNLESS_HOPPER();
+  const auto split_bytes = [](const Case& c) {
+    const std::unique_ptr<Problem> pb = new_problem(c);
+    return pb == nullptr || ::testing::Test::HasFailure() ? size_t{0} : fd::cuda_sm90_forward_workspace(pb->params());
+  };
+  const Case idle = make(DType::kBFloat16, 1, 4096, 4096, 5, 5, 128);
+  EXPECT_GT(split_bytes(idle), 0u);
+  EXPECT_EQ(split_bytes(causal(idle)), 0u);
+  EXPECT_EQ(split_bytes(make(DType::kBFloat16, 1, 4096, 4096, 1, 1, 128)), 0u);  // 32 items
+  {
+    const SplitEnv never("0");
+    EXPECT_EQ(split_bytes(idle), 0u);
+  }
+  int sms = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  if (sms == 132) EXPECT_EQ(split_bytes(make(DType::kBFloat16, 1, 4096, 4096, 8, 8, 128)), 0u);
+}
 
 // Two runs on the same inputs give the same bits.
 TEST(Sm90ForwardSmall, Deterministic) {

@@ -14,6 +14,7 @@ them: 4 * batch * heads * n * n * d, halved under causal masking. Each input set
 import argparse
 import ctypes
 import json
+import os
 import random
 import statistics
 import sys
@@ -31,11 +32,12 @@ class Ours:
         self.lib = ctypes.CDLL(path)
         f = self.lib.flashattn_shim_forward
         i64 = ctypes.c_int64
-        f.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] + [i64] * 6 + [ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                                                              ctypes.c_void_p, ctypes.c_char_p,
-                                                                              ctypes.c_int]
+        f.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] + [i64] * 6 + \
+            [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
+             ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
         f.restype = ctypes.c_int
         self.msg = ctypes.create_string_buffer(512)
+        self.workspace = None
         g = self.lib.flashattn_shim_backward
         g.argtypes = [ctypes.c_void_p] * 10 + [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int] + [i64] * 6 + \
             [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
@@ -72,13 +74,37 @@ class Ours:
             raise RuntimeError(self.msg.value.decode())
         return nbytes.value
 
-    def __call__(self, q, k, v, o, lse, causal, top_left=False, backend=SM80):
+    def forward_workspace(self, q, k, v, o, causal, backend=SM90):
+        """The bytes of workspace the forward asks for (the sm90 split tail's: 0 where it does not split)."""
+        b, sq, hq, d = q.shape
+        nbytes = ctypes.c_size_t(0)
+        rc = self.lib.flashattn_shim_forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), None,
+                                             DTYPES[q.dtype], b, sq, k.shape[1], hq, k.shape[2], d, int(causal), 0,
+                                             backend, None, ctypes.byref(nbytes), None, self.msg, 512)
+        if rc != 0:
+            raise RuntimeError(self.msg.value.decode())
+        return nbytes.value
+
+    def __call__(self, q, k, v, o, lse, causal, top_left=False, backend=SM80, split=True):
+        """The forward, with the workspace it asks for (the sm90 split tail's; asked for at every call,
+        kept between calls). split=False: FLASHATTN_SM90_SPLIT=0 around the call, the plain schedule."""
         b, sq, hq, d = q.shape
         sk, hkv = k.shape[1], k.shape[2]
-        rc = self.lib.flashattn_shim_forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
-                                             lse.data_ptr() if lse is not None else None, DTYPES[q.dtype], b, sq,
-                                             sk, hq, hkv, d, int(causal), int(top_left), backend, None, self.msg,
-                                             512)
+        if not split:
+            os.environ["FLASHATTN_SM90_SPLIT"] = "0"
+        try:
+            args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr() if lse is not None else None,
+                    DTYPES[q.dtype], b, sq, sk, hq, hkv, d, int(causal), int(top_left), backend)
+            nbytes = ctypes.c_size_t(0)
+            rc = self.lib.flashattn_shim_forward(*args, None, ctypes.byref(nbytes), None, self.msg, 512)
+            if rc == 0:
+                if nbytes.value > 0 and (self.workspace is None or self.workspace.numel() < nbytes.value):
+                    self.workspace = torch.empty(nbytes.value, dtype=torch.uint8, device=q.device)
+                ws = self.workspace.data_ptr() if nbytes.value > 0 else 1  # not null: run (0 bytes needed)
+                rc = self.lib.flashattn_shim_forward(*args, ws, ctypes.byref(nbytes), None, self.msg, 512)
+        finally:
+            if not split:
+                del os.environ["FLASHATTN_SM90_SPLIT"]
         if rc != 0:
             raise RuntimeError(self.msg.value.decode())
 

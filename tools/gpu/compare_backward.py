@@ -6,6 +6,8 @@ Timing as bench_sdpa.py (time_interleaved: CUDA events, median of rounds in shuf
 warm-up); each build's dQ (forward: O) is checked against flash's.
 
     python3 tools/gpu/compare_backward.py --lib v0=build/a/libflashattn_shim.so --lib v1=build/b/...
+A path ending in :nosplit runs that build's forward without the sm90 split tail (FLASHATTN_SM90_SPLIT=0
+around its calls), so one build can be timed with and without it.
 """
 import argparse
 import os
@@ -31,13 +33,13 @@ def forward_line(args, libs, q, k, v, causal, flops):
     fns = {"flash": lambda: sdpa(SDPBackend.FLASH_ATTENTION), "cudnn": lambda: sdpa(SDPBackend.CUDNN_ATTENTION)}
     backend = SM90 if args.forward == "sm90" else SM80
     outs, errs = [], []
-    for i, (_, lib) in enumerate(libs):
+    for i, (_, lib, split) in enumerate(libs):
         o = torch.full_like(q, float("nan"))
-        lib(q, k, v, o, None, causal, backend=backend)
+        lib(q, k, v, o, None, causal, backend=backend, split=split)
         torch.cuda.synchronize()
         errs.append((o.float() - o_ref.float()).abs().max().item())
         outs.append(o)
-        fns[i] = lambda lib=lib, o=o: lib(q, k, v, o, None, causal, backend=backend)
+        fns[i] = lambda lib=lib, o=o, split=split: lib(q, k, v, o, None, causal, backend=backend, split=split)
     tflops = {name: flops / ms / 1e9 for name, ms in time_interleaved(fns, reps=args.reps).items()}
     b, n, h, d = q.shape
     return f"{d:>4} {n:>6} {str(causal):>6} {tflops['flash']:7.1f} {tflops['cudnn']:7.1f}" + "".join(
@@ -52,14 +54,24 @@ def main():
     ap.add_argument("--seqlens", default="2048,8192,16384")
     ap.add_argument("--reps", type=int, default=4, help="calls per timed sample (time_interleaved)")
     ap.add_argument("--forward", choices=["sm80", "sm90"], help="time this forward path instead of the backward")
+    ap.add_argument("--causal", choices=["both", "no", "yes"], default="both")
     args = ap.parse_args()
-    libs = [(x.split("=", 1)[0], Ours(x.split("=", 1)[1])) for x in args.lib]
+    loaded = {}
+
+    def lib_of(spec):
+        name, path = spec.split("=", 1)
+        split = not path.endswith(":nosplit")
+        path = path.removesuffix(":nosplit")
+        loaded.setdefault(path, Ours(path))
+        return name, loaded[path], split
+
+    libs = [lib_of(x) for x in args.lib]
     dtype = torch.bfloat16
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  bf16, 16k tokens, hidden 2048", flush=True)
     lines = []
     for d in [int(x) for x in args.dims.split(",")]:
         for n in [int(x) for x in args.seqlens.split(",")]:
-            for causal in (False, True):
+            for causal in {"both": (False, True), "no": (False,), "yes": (True,)}[args.causal]:
                 b, h = 16384 // n, 2048 // d
                 torch.manual_seed(0)
                 q, k, v, do = (torch.randn(b, n, h, d, device="cuda", dtype=dtype) for _ in range(4))
@@ -79,7 +91,7 @@ def main():
                 lse = torch.empty(b, h, n, device="cuda", dtype=torch.float32)
                 libs[0][1](q, k, v, o, lse, causal)  # the sm80 forward's O and lse, shared by every build
                 fns, errs, keep = {"flash": grads}, [], []
-                for i, (_, lib) in enumerate(libs):
+                for i, (_, lib, _) in enumerate(libs):
                     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
                     ws = torch.empty(max(lib.backward(q, k, v, o, do, lse, dq, dk, dv, causal), 1), dtype=torch.uint8,
                                      device="cuda")
@@ -103,10 +115,10 @@ def main():
     if args.forward:
         print(f"{args.forward} forward TFLOP/s and ratio to flash and cuDNN, bf16, 16k tokens, hidden 2048")
         print(f"{'d':>4} {'n':>6} {'causal':>6} {'flash':>7} {'cudnn':>7}" +
-              "".join(f" {name:>7} {'/fl':>5} {'/cud':>5}" for name, _ in libs))
+              "".join(f" {name:>7} {'/fl':>5} {'/cud':>5}" for name, _, _ in libs))
     else:
         print("backward TFLOP/s (2.5x forward FLOPs) and ratio to flash, bf16, 16k tokens, hidden 2048")
-        print(f"{'d':>4} {'n':>6} {'causal':>6} {'flash':>7}" + "".join(f" {name:>7} {'/fl':>5}" for name, _ in libs))
+        print(f"{'d':>4} {'n':>6} {'causal':>6} {'flash':>7}" + "".join(f" {name:>7} {'/fl':>5}" for name, _, _ in libs))
     print("\n".join(lines))
 
 

@@ -70,10 +70,13 @@ flashattn::BackwardParams backward_params(const void* q, const void* k, const vo
 
 }  // namespace
 
+// The forward through the public API. With workspace == NULL it only writes the workspace size the
+// call needs to *workspace_bytes (the sm90 split tail's; 0 when it needs none), and runs nothing.
 extern "C" int flashattn_shim_forward(const void* q, const void* k, const void* v, void* o, float* lse, int dtype,
                                       int64_t batch, int64_t seqlen_q, int64_t seqlen_k, int64_t heads_q,
                                       int64_t heads_kv, int64_t head_dim, int causal, int top_left, int backend,
-                                      void* stream, char* message, int message_bytes) {
+                                      void* workspace, size_t* workspace_bytes, void* stream, char* message,
+                                      int message_bytes) {
   flashattn::ForwardParams p =
       forward_params(q, k, v, o, dtype, batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, causal);
   p.alignment = top_left ? flashattn::Alignment::kTopLeft : flashattn::Alignment::kBottomRight;
@@ -83,6 +86,9 @@ extern "C" int flashattn_shim_forward(const void* q, const void* k, const void* 
   flashattn::Launch launch;
   launch.backend = static_cast<flashattn::Backend>(backend);
   launch.stream = stream;
+  if (workspace == nullptr) return report(flashattn::forward_workspace_size(p, launch, workspace_bytes), message, message_bytes);
+  launch.workspace = workspace;
+  launch.workspace_bytes = *workspace_bytes;
   return report(flashattn::forward(p, launch), message, message_bytes);
 }
 

@@ -22,6 +22,7 @@
 #include "cuda/sm90/launch_forward.hpp"
 #include "cuda/sm90/pack_gqa.hpp"
 #include "cuda/sm90/policy.hpp"
+#include "cuda/sm90/split_tail.cuh"  // SplitLayout
 
 namespace flashattn::detail {
 namespace {
@@ -157,6 +158,7 @@ Status kernel_params(const ForwardParams& p, const Instance& inst, ForwardKernel
   k->pair_tiles = (band.window_left >= 0 || band.window_right >= 0) && persistent_schedule(tiles, *k);
   const int64_t per_head = k->pair_tiles ? 2 * ((k->m_blocks + 1) / 2) : k->m_blocks;
   k->num_items = static_cast<int>(per_head * d.batch * k->item_heads);
+  k->split_round = ForwardKernelParams::kNoSplit;  // split_tail() decides, once the grid is known
   k->softcap = p.softcap;
   k->softcap_to_exp2 = p.softcap > 0.0f ? d.scale / p.softcap * 2.0f * cuda::kLog2e : 0.0f;
   return {};
@@ -183,6 +185,53 @@ int grid_blocks(const ForwardKernelParams& k, const ForwardTiles& tiles, int dev
   const int sms = persistent_schedule(tiles, k) ? multiprocessors(device) : 0;
   const int units = k.pair_tiles ? k.num_items / 2 : k.num_items;  // what the stride runs over
   return sms > 0 ? std::min(sms, units) : units;
+}
+
+// The split tail (tile_scheduler.cuh) of the problem of k on `blocks` blocks: where every item costs
+// the same (no band, no varlen, so not paired), the grid is persistent, an item has two key tiles
+// or more to split, and the plain schedule's last wave would leave enough idle: averaged over the
+// blocks, (G ceil(N / G) - N) T / G >= 12 key tiles' time. The split costs each block about 5-6
+// tiles' time whatever the problem (one more segment's pipeline ramp and Q load, the hand-over's
+// fences, the counters' memset), and the plain schedule's half-empty last wave runs at a higher
+// clock, so a small idle share does not pay (docs/perf.md, "The split tail": 1.94 waves of 32-tile
+// items -5.6%, 15.5 waves of 128-tile items +4%, 1.21 waves +34%).
+// FLASHATTN_SM90_SPLIT in the environment, read at every call (for tests and measurements: the
+// tools flip it between calls): 0 never splits, 1 splits wherever the problem allows (any idle).
+struct SplitTail {
+  int round = ForwardKernelParams::kNoSplit;
+  int key_tiles = 0;
+  long long units = 0;
+  size_t counter_bytes = 0, bytes = 0;  // of the workspace; 0: no split
+};
+
+SplitTail split_tail(const ForwardKernelParams& k, const ForwardTiles& tiles, int blocks) {
+  SplitTail split;
+  const char* env = std::getenv("FLASHATTN_SM90_SPLIT");
+  if (env != nullptr && std::strcmp(env, "0") == 0) return split;
+  const bool force_split = env != nullptr && std::strcmp(env, "1") == 0;
+  const bool uniform = k.window_left < 0 && k.window_right < 0 && k.maybe_cu_seqlens_q == nullptr && !k.pair_tiles;
+  if (!uniform || !persistent_schedule(tiles, k) || blocks < 2 || k.num_items <= blocks) return split;
+  const int key_tiles = (k.seqlen_k + tiles.block_n - 1) / tiles.block_n;
+  const long long rounds = (k.num_items + blocks - 1) / blocks, idle = rounds * blocks - k.num_items;
+  constexpr long long kMinIdleTiles = 12;
+  if (key_tiles < 2 || idle == 0 || (!force_split && idle * key_tiles < kMinIdleTiles * blocks)) return split;
+  split.round = k.num_items / blocks - 1;
+  split.key_tiles = key_tiles;
+  split.units = static_cast<long long>(k.num_items - split.round * blocks) * key_tiles;
+  if (split.units > std::numeric_limits<int32_t>::max()) return SplitTail{};  // 32-bit unit indices
+  split.counter_bytes = sm90::SplitLayout::counter_bytes(blocks - 1, tiles.consumers);
+  split.bytes = sm90::SplitLayout::bytes(blocks - 1, tiles.consumers, tiles.head_dim);
+  return split;
+}
+
+// The device the call runs on (the current one); -1 when the runtime cannot say.
+int current_device() {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return device;
 }
 
 }  // namespace
@@ -239,7 +288,16 @@ Status cuda_sm90_forward_supported(const ForwardParams& p) {
   return {};
 }
 
-size_t cuda_sm90_forward_workspace(const ForwardParams&) { return 0; }
+// The split tail's workspace, where the problem takes one (0 otherwise).
+size_t cuda_sm90_forward_workspace(const ForwardParams& p) {
+  const Instance* inst = pick_instance(p);
+  if (inst == nullptr || p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return 0;
+  ForwardKernelParams k;
+  const int device = current_device();
+  if (device < 0 || !kernel_params(p, *inst, &k)) return 0;
+  const ForwardTiles tiles = sm90::forward_tiles(inst->head_dim);
+  return split_tail(k, tiles, grid_blocks(k, tiles, device)).bytes;
+}
 
 bool cuda_sm90_forward_packs_gqa(const ForwardParams& p) {
   const Instance* inst = pick_instance(p);
@@ -248,7 +306,7 @@ bool cuda_sm90_forward_packs_gqa(const ForwardParams& p) {
   return sm90::pack_gqa(d.seqlen_q, d.group, sm90::forward_tiles(inst->head_dim).block_m());
 }
 
-Status cuda_sm90_forward(const ForwardParams& p, void* /*workspace*/, void* stream) {
+Status cuda_sm90_forward(const ForwardParams& p, void* workspace, void* stream) {
   const Instance* inst = pick_instance(p);
   if (inst == nullptr || p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return {};  // nothing to launch
   ForwardKernelParams k;
@@ -258,9 +316,24 @@ Status cuda_sm90_forward(const ForwardParams& p, void* /*workspace*/, void* stre
   int device = 0;
   if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
     return {StatusCode::kInternal, std::string("cuda sm90 forward: cudaGetDevice failed: ") + cudaGetErrorString(e)};
-  if (const cudaError_t e = inst->launch(k, grid_blocks(k, sm90::forward_tiles(inst->head_dim), device),
-                                        static_cast<cudaStream_t>(stream));
-      e != cudaSuccess)
+  const ForwardTiles tiles = sm90::forward_tiles(inst->head_dim);
+  const int blocks = grid_blocks(k, tiles, device);
+  const auto cu_stream = static_cast<cudaStream_t>(stream);
+  if (const SplitTail split = split_tail(k, tiles, blocks); split.bytes > 0) {
+    if (workspace == nullptr)
+      return {StatusCode::kInvalidArgument, "cuda sm90 forward: workspace: null, the split tail needs " +
+                                                std::to_string(split.bytes) + " bytes"};
+    k.split_round = split.round;
+    k.key_tiles = split.key_tiles;
+    k.tail_units_per_block = static_cast<int>(split.units / blocks);
+    k.tail_units_extra = static_cast<int>(split.units % blocks);
+    k.split_counters = static_cast<int*>(workspace);
+    k.split_partials = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + split.counter_bytes);
+    if (const cudaError_t e = cudaMemsetAsync(workspace, 0, split.counter_bytes, cu_stream); e != cudaSuccess)
+      return {StatusCode::kInternal, std::string("cuda sm90 forward: memset of the split counters failed: ") +
+                                         cudaGetErrorString(e)};
+  }
+  if (const cudaError_t e = inst->launch(k, blocks, cu_stream); e != cudaSuccess)
     return {StatusCode::kInternal, std::string("cuda sm90 forward: launch failed: ") + cudaGetErrorString(e)};
   return {};
 }

@@ -77,6 +77,7 @@
 #include "cuda/sm90/kernel_params.hpp"
 #include "cuda/sm90/policy.hpp"
 #include "cuda/sm90/softmax.cuh"
+#include "cuda/sm90/split_tail.cuh"
 #include "cuda/sm90/tile_scheduler.cuh"
 
 namespace flashattn::detail::sm90 {
@@ -359,8 +360,10 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
       hw::tma_prefetch_descriptor(p.v_map);
       int g = 0;        // K/V tiles issued so far
       int q_loads = 0;  // Q tiles loaded so far
-      for (int k = 0, item; (item = block_item(p, k)) < p.num_items; ++k) {
-        const WorkTile w = work_tile<kBlockM, kBlockN, false>(p, item);
+      for (int k = 0;; ++k) {
+        const Segment segment = block_segment(p, k);
+        if (segment.item >= p.num_items) break;
+        const WorkTile w = work_tile<kBlockM, kBlockN, false>(p, segment);
         const int n_tiles = w.tiles.count();
         const int h_kv = w.h / p.group;
         // The item's tile i (key tile n_end - 1 - i) is the block's K/V tile g + i, into K's or V's
@@ -403,8 +406,10 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
   const float score_scale_log2 = kSoftcap ? cuda::kLog2e : p.scale_log2;  // softcap's scores are final logits
   Progress<kStages> progress;
 
-  for (int item; (item = block_item(p, progress.k())) < p.num_items;) {
-    const WorkTile w = work_tile<kBlockM, kBlockN, true>(p, item);
+  for (;;) {
+    const Segment segment = block_segment(p, progress.k());
+    if (segment.item >= p.num_items) break;
+    const WorkTile w = work_tile<kBlockM, kBlockN, true>(p, segment);
     if (w.empty()) {  // varlen: the sequence ends before this tile
       progress.next_item(0);
       continue;
@@ -667,6 +672,19 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
         }
       }
 
+      // A part of a split item (the split tail): merged with the other part's state, or handed to
+      // it (then nothing to store). The segment is resolved again, not kept over the main loop.
+      if (p.split_round != ForwardKernelParams::kNoSplit) {
+        const Segment part = block_segment(p, opaque(progress.k()));
+        if (part.part()) {
+          const ConsumerThread t = consumer_thread();
+          if (!merge_split_parts<kTiles.consumers>(p, part.boundary, t.c, t.warp, t.lane, o, softmax,
+                                                   score_scale_log2)) {
+            progress.next_item(part.walk_end - part.walk_begin);  // its tiles (every item sees all T)
+            continue;
+          }
+        }
+      }
       softmax.finalize(kSoftcap ? 1.0f : p.scale, inv_l, lse);
     }
 
@@ -690,7 +708,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
     const int e_g = e_lane / 4, e_quad = e_lane % 4;
 
     // The item's rows and addresses, resolved again rather than kept in registers over the main loop.
-    const WorkTile e = work_tile<kBlockM, kBlockN, true>(p, block_item(p, opaque(progress.k())));
+    const WorkTile e = work_tile<kBlockM, kBlockN, true>(p, block_segment(p, opaque(progress.k())));
     // The warp's rows are warp_r0 .. warp_r0 + 15 of the item's row space, those of the item stored
     // only; a row's place is (query, head) = (row, e.h), or under pack-GQA (row / group, e.h + row %
     // group).

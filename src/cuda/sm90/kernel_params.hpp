@@ -49,6 +49,19 @@ struct ForwardKernelParams {
   bool pair_tiles;  // items are pairs (tile M-1-j, tile j) of one (batch, head): causal/window bands
   int num_items;    // batch * item_heads * (pair_tiles ? 2 ceil(m_blocks / 2) : m_blocks)
 
+  // The split tail (tile_scheduler.cuh, block_segment): the block's rounds from split_round on run
+  // the items from split_round G on as U units (item, key tile), key_tiles per item; block x takes
+  // L = floor(U / G) consecutive units, one more for x < R = U % G. An item split over two blocks
+  // is merged through the workspace (split_tail.cuh). split_round = kNoSplit: every round whole
+  // items. U < 2^31 (the host's condition).
+  static constexpr int kNoSplit = 0x7fffffff;
+  int split_round;
+  int key_tiles;             // T = ceil(seqlen_k / Bc), every item's (no band, no varlen)
+  int tail_units_per_block;  // L
+  int tail_units_extra;      // R
+  int* split_counters;       // workspace: one hand-over counter per (boundary, consumer, warp), zeroed per call
+  float* split_partials;     // workspace: the first part's (o, m, l) per (boundary, consumer, warp)
+
   float scale;       // softmax scale
   float scale_log2;  // scale * log2(e)
 

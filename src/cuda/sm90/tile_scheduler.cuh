@@ -2,8 +2,8 @@
 // items (query tile, head, batch) a block runs, in which order, and where an item's rows live.
 //
 // Grid = min(SMs, items (pairs, below)) blocks, one per SM, each looping over items with a static
-// stride: no counter, so no workspace and nothing to reset between calls. The numbering makes that
-// stride keep K/V in L2 and the load balanced:
+// stride: no counter to take items from (the split tail below hands over through the workspace,
+// it does not schedule). The numbering makes that stride keep K/V in L2 and the load balanced:
 //   - (batch, head) is the outer index (query heads that share a kv head are consecutive), so the
 //     blocks running at one time work on a few heads and read their K and V from L2;
 //   - without a causal/window band every item costs the same: items (batch, head, query tile from
@@ -17,8 +17,21 @@
 //     round of G pairs, pair x of the first (items 2x, 2x + 1), rotated by one block each round
 //     after (block_item): 1.03x at d = 128 and 256, 1.03-1.06x at d = 64 (few 192-row tiles) in
 //     the same simulation.
-// A dynamic scheduler (an atomic counter) would balance better still but needs device workspace,
-// which the forward has never asked of its callers.
+// A dynamic scheduler (an atomic counter) would balance better still but needs a counter reset
+// per call, and does not remove the last wave's idle blocks.
+//
+// The split tail (stream-K over the last waves; p.split_round < kNoSplit, chosen on the host where
+// every item costs the same T key tiles: no band, no varlen, and where the caller gives the
+// workspace): N items on G blocks end in a partial wave of N % G items, the other blocks idle
+// (2048 items on 132 SMs: 15.52 waves, the 16th 52% full, 3% of the run). The first
+// split_round = floor(N / G) - 1 rounds run whole items as above; the remaining N - split_round G
+// items (between G and 2G) are cut into units (item, key tile), U of them, and block x runs its
+// floor(U / G) or one more of them in order (block_segment): every block the same work to one unit. A
+// block's range holds at least T units, so an item is cut at most once, into two parts on two
+// consecutive blocks: the end of one block's range (the walk's first positions: part 0) and the
+// start of the next one's (part 1). Each part runs as an item of its own over its key tiles; the
+// two merge their online-softmax states in the workspace (split_tail.cuh). A block's range spans
+// about 1.5 items, so the tail's concurrent items stay within a few heads (K/V in L2).
 //
 // Pack-GQA (p.pack_gqa; policy.hpp): items are (tile, kv head, batch) and a tile's rows are
 // pack-GQA rows r = i group + g, query i of query head h_kv group + g: rows [r0, r1) of the tile
@@ -63,6 +76,31 @@ __device__ __forceinline__ int block_item(const ForwardKernelParams& p, int k) {
   if (!p.pair_tiles) return x + k * g;
   const int r = k >> 1;
   return 2 * (r * g + (x + r) % g) + (k & 1);
+}
+
+// What a block runs in its k-th round: an item, or the part of one (the split tail, above) that
+// walks positions [walk_begin, walk_end) of the item's walk (position i: the walk's i-th key tile,
+// n_end - 1 - i).
+struct Segment {
+  static constexpr int kWholeWalk = 1 << 30;
+  int item;                  // >= p.num_items: the block is done
+  int walk_begin, walk_end;  // 0, kWholeWalk for a whole item
+  int boundary;              // a part: its item's workspace slot, the boundary between the two
+                             // blocks (0 .. G - 2: between blocks boundary and boundary + 1); -1: whole
+  __device__ __forceinline__ bool part() const { return boundary >= 0; }
+};
+
+__device__ __forceinline__ Segment block_segment(const ForwardKernelParams& p, int k) {
+  if (k < p.split_round) return {block_item(p, k), 0, Segment::kWholeWalk, -1};
+  const int x = static_cast<int>(blockIdx.x), t = p.key_tiles;
+  // The block's units [u0, u1): L or L + 1 of them (the first R blocks one more), 32-bit (host).
+  const int u0 = x * p.tail_units_per_block + min(x, p.tail_units_extra);
+  const int u1 = u0 + p.tail_units_per_block + (x < p.tail_units_extra ? 1 : 0);
+  const int a = u0 / t, z = (u1 - 1) / t;  // its first and last item
+  const int j = a + (k - p.split_round);
+  if (j > z) return {p.num_items, 0, 0, -1};
+  const int begin = j == a ? u0 - a * t : 0, end = j == z ? u1 - z * t : t;
+  return {p.split_round * blocks_in_grid() + j, begin, end, begin > 0 ? x - 1 : end < t ? x : -1};
 }
 
 // Which key tiles the item's rows see: [n_begin, n_end), walked from n_end - 1 down.
@@ -125,8 +163,10 @@ struct WorkTile {
 // kWholeWarp: every lane of the warp calls this (the consumers); the values read from cu_seqlens
 // are then taken from lane 0, so that the compiler knows the whole item to be warp-uniform. The
 // producer's single thread calls it with false.
+// A part of an item (the split tail) keeps the tiles of its walk positions only.
 template <int kBlockM, int kBlockN, bool kWholeWarp>
-__device__ __forceinline__ WorkTile work_tile(const ForwardKernelParams& p, int item) {
+__device__ __forceinline__ WorkTile work_tile(const ForwardKernelParams& p, const Segment& segment) {
+  const int item = segment.item;
   WorkTile w;
   // Item -> (batch, head) and the pair or tile index within it.
   const int pairs = (p.m_blocks + 1) / 2;
@@ -189,7 +229,8 @@ __device__ __forceinline__ WorkTile work_tile(const ForwardKernelParams& p, int 
     w.tiles = {0, 0};
   } else {
     const sm80::KeyRange keys = w.band.visible_keys(w.i0, w.i1);
-    w.tiles = {keys.lo / kBlockN, (keys.hi + kBlockN - 1) / kBlockN};
+    const int lo = keys.lo / kBlockN, hi = (keys.hi + kBlockN - 1) / kBlockN;
+    w.tiles = {max(lo, hi - segment.walk_end), hi - segment.walk_begin};
   }
   return w;
 }

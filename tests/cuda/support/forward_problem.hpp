@@ -136,8 +136,9 @@ struct Reference {
 };
 Reference reference(const Problem& pb, const flashattn::ForwardParams& p);
 
-// Runs the forward with `backend` through the public selection point on poisoned outputs (the
-// workspace must be 0 bytes); o (host copy) and lse come back.
+// Runs the forward with `backend` through the public selection point on poisoned outputs, with the
+// workspace that forward_workspace_size() asks for, filled with 0xff bytes (NaN); o (host copy) and
+// lse come back.
 void run(Problem& pb, flashattn::Backend backend, std::vector<float>* lse_out);
 
 // Elements of the o buffer that belong to the output (the rest is padding and gaps).
