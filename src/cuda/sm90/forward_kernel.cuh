@@ -55,6 +55,12 @@
 // copies its 16 rows of Q itself (copy_packed_q), fenced for the async proxy and met on its
 // warpgroup's named barrier before the first S; q_full and q_empty stay unused.
 //
+// The split tail (tile_scheduler.cuh: block_segment; p.split_round < kNoSplit): a block's last
+// rounds may run parts of items, each a segment of the item's walk that the producer and the
+// consumers treat as an item of its own (its Q, its tiles, its turns); after its main loop a part
+// merges with the other part's state or hands its own over (split_tail.cuh), and only the part that
+// merges stores O and lse.
+//
 // kSoftcap: the variant with softcap (scores become final logits before the softmax, which then
 // scales by log2 e alone), launched only when softcap > 0.
 #pragma once
