@@ -100,31 +100,12 @@ bool persistent_schedule(const ForwardTiles& tiles, const ForwardKernelParams& k
          (tiles.persistent == sm90::Persistence::kUniformItems && uniform);
 }
 
-// The kernel params; the tensor maps' boxes follow the instantiation's tile shape. A map that TMA
-// cannot describe (strides not multiples of 16 bytes, sizes out of range) gives a status naming
-// the tensor and the field. Varlen: one batch entry of batch x longest rows, an upper bound of the
-// packed total that the kernel never reads past (its boxes stop at each sequence's end).
-Status kernel_params(const ForwardParams& p, const Instance& inst, ForwardKernelParams* k) {
+// Every field of the kernel params but the tensor maps: addresses, shapes, the band and the
+// schedule (what the workspace query needs, without encoding the maps).
+void schedule_params(const ForwardParams& p, const Instance& inst, ForwardKernelParams* k) {
   const Dims d = resolve_dims(p);
   const ForwardTiles tiles = sm90::forward_tiles(inst.head_dim);
   *k = ForwardKernelParams{};
-  const int64_t map_batch = d.varlen ? 1 : d.batch;
-  const auto map_rows = [&](int64_t seqlen) { return d.varlen ? std::max<int64_t>(1, d.batch * seqlen) : seqlen; };
-  const struct {
-    CUtensorMap* map;
-    const ConstTensor& t;
-    int64_t seqlen, heads;
-    int box_rows;
-    const char* name;
-  } maps[] = {{&k->q_map, p.q, map_rows(d.seqlen_q), d.heads_q, tiles.block_m(), "q"},
-              {&k->k_map, p.k, map_rows(d.seqlen_k), d.heads_kv, tiles.block_n, "k"},
-              {&k->v_map, p.v, map_rows(d.seqlen_k), d.heads_kv, tiles.block_n, "v"}};
-  for (const auto& m : maps) {
-    const Status s = cuda::sm90::make_attention_tensor_map(m.map, p.dtype, m.t.data, map_batch, m.seqlen, m.heads,
-                                                           d.head_dim, m.t.batch_stride, m.t.row_stride,
-                                                           m.t.head_stride, m.box_rows);
-    if (!s) return {s.code, std::string(m.name) + ": " + s.message};
-  }
   k->o = p.o.data;
   k->maybe_lse = p.maybe_lse;
   k->o_batch_stride = d.varlen ? 0 : p.o.batch_stride;
@@ -161,6 +142,33 @@ Status kernel_params(const ForwardParams& p, const Instance& inst, ForwardKernel
   k->split_round = ForwardKernelParams::kNoSplit;  // split_tail() decides, once the grid is known
   k->softcap = p.softcap;
   k->softcap_to_exp2 = p.softcap > 0.0f ? d.scale / p.softcap * 2.0f * cuda::kLog2e : 0.0f;
+}
+
+// The kernel params; the tensor maps' boxes follow the instantiation's tile shape. A map that TMA
+// cannot describe (strides not multiples of 16 bytes, sizes out of range) gives a status naming
+// the tensor and the field. Varlen: one batch entry of batch x longest rows, an upper bound of the
+// packed total that the kernel never reads past (its boxes stop at each sequence's end).
+Status kernel_params(const ForwardParams& p, const Instance& inst, ForwardKernelParams* k) {
+  schedule_params(p, inst, k);
+  const Dims d = resolve_dims(p);
+  const ForwardTiles tiles = sm90::forward_tiles(inst.head_dim);
+  const int64_t map_batch = d.varlen ? 1 : d.batch;
+  const auto map_rows = [&](int64_t seqlen) { return d.varlen ? std::max<int64_t>(1, d.batch * seqlen) : seqlen; };
+  const struct {
+    CUtensorMap* map;
+    const ConstTensor& t;
+    int64_t seqlen, heads;
+    int box_rows;
+    const char* name;
+  } maps[] = {{&k->q_map, p.q, map_rows(d.seqlen_q), d.heads_q, tiles.block_m(), "q"},
+              {&k->k_map, p.k, map_rows(d.seqlen_k), d.heads_kv, tiles.block_n, "k"},
+              {&k->v_map, p.v, map_rows(d.seqlen_k), d.heads_kv, tiles.block_n, "v"}};
+  for (const auto& m : maps) {
+    const Status s = cuda::sm90::make_attention_tensor_map(m.map, p.dtype, m.t.data, map_batch, m.seqlen, m.heads,
+                                                           d.head_dim, m.t.batch_stride, m.t.row_stride,
+                                                           m.t.head_stride, m.box_rows);
+    if (!s) return {s.code, std::string(m.name) + ": " + s.message};
+  }
   return {};
 }
 
@@ -294,7 +302,8 @@ size_t cuda_sm90_forward_workspace(const ForwardParams& p) {
   if (inst == nullptr || p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return 0;
   ForwardKernelParams k;
   const int device = current_device();
-  if (device < 0 || !kernel_params(p, *inst, &k)) return 0;
+  if (device < 0) return 0;
+  schedule_params(p, *inst, &k);
   const ForwardTiles tiles = sm90::forward_tiles(inst->head_dim);
   return split_tail(k, tiles, grid_blocks(k, tiles, device)).bytes;
 }
