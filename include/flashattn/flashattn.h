@@ -194,7 +194,8 @@ typedef struct fa_launch {
   int32_t num_threads; /* CPU: 0 = every hardware thread */
   void* stream;        /* cudaStream_t for GPU backends */
   void* workspace;     /* caller-owned scratch of at least *_workspace_size() bytes; NULL: allocated per call (CPU);
-                          GPU backends need it whenever that size is not 0 (device memory) */
+                          GPU backends need it whenever that size is not 0 (device memory of the stream's
+                          device, not used by another call in flight) */
   size_t workspace_bytes;
 } fa_launch;
 

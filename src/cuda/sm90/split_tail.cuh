@@ -25,8 +25,10 @@
 
 namespace flashattn::detail::sm90 {
 
-// The workspace: counters first (zeroed per call), then the partial states, each part 256-byte
-// aligned; per warp 32 (d / 2 + 4) floats (o: d / 2 per lane, then m[2] and l[2]).
+// The workspace: counters first (zeroed per call), then the partial states at a 256-byte multiple
+// offset (the base is 64-byte aligned); per warp 32 (d / 2 + 4) floats (o: d / 2 per lane, then
+// m[2] and l[2]). Two calls in flight must not share it: a second call's memset could reset a
+// counter that a part of the first is waiting on.
 struct SplitLayout {
   static constexpr int kWarps = 4;  // of a consumer warpgroup
   static constexpr int floats_per_warp(int head_dim) { return 32 * (head_dim / 2 + 4); }
