@@ -83,6 +83,12 @@ std::string schedule_limits(const Dims& d, int block_m) {
   return {};
 }
 
+// Whether every work item of the problem of k (its band and varlen fields set) costs the same: no
+// causal/window band (so no paired tiles), no varlen.
+bool uniform_items(const ForwardKernelParams& k) {
+  return k.window_left < 0 && k.window_right < 0 && k.maybe_cu_seqlens_q == nullptr;
+}
+
 // The persistent grid (one block per multiprocessor) where the head dim's policy asks for it, else
 // one block per work item (the launch shape of steps 1-3), for the problem of k (its band and
 // varlen fields set: kUniformItems asks that every item cost the same, no band and no varlen).
@@ -95,9 +101,8 @@ bool persistent_schedule(const ForwardTiles& tiles, const ForwardKernelParams& k
     return std::strcmp(env, "0") == 0 ? 0 : 1;
   }();
   if (forced >= 0) return forced == 1;
-  const bool uniform = k.window_left < 0 && k.window_right < 0 && k.maybe_cu_seqlens_q == nullptr;
   return tiles.persistent == sm90::Persistence::kAlways ||
-         (tiles.persistent == sm90::Persistence::kUniformItems && uniform);
+         (tiles.persistent == sm90::Persistence::kUniformItems && uniform_items(k));
 }
 
 // Every field of the kernel params but the tensor maps: addresses, shapes, the band and the
@@ -217,8 +222,7 @@ SplitTail split_tail(const ForwardKernelParams& k, const ForwardTiles& tiles, in
   const char* env = std::getenv("FLASHATTN_SM90_SPLIT");
   if (env != nullptr && std::strcmp(env, "0") == 0) return split;
   const bool force_split = env != nullptr && std::strcmp(env, "1") == 0;
-  const bool uniform = k.window_left < 0 && k.window_right < 0 && k.maybe_cu_seqlens_q == nullptr && !k.pair_tiles;
-  if (!uniform || !persistent_schedule(tiles, k) || blocks < 2 || k.num_items <= blocks) return split;
+  if (!uniform_items(k) || !persistent_schedule(tiles, k) || blocks < 2 || k.num_items <= blocks) return split;
   const int key_tiles = (k.seqlen_k + tiles.block_n - 1) / tiles.block_n;
   const long long rounds = (k.num_items + blocks - 1) / blocks, idle = rounds * blocks - k.num_items;
   constexpr long long kMinIdleTiles = 12;
