@@ -13,8 +13,11 @@
 //   tma_store_wait_read<N>()               <= N groups still reading shared memory (reuse the source)
 //   tma_store_wait<N>()                    <= N groups not yet complete (writes done)
 // Coordinates are element indices, innermost dimension first, and may run past the tensor: a load
-// fills those elements with zeros, a store skips them. A box always counts its full size in bytes
-// towards the mbarrier's transactions, whether or not part of it lies outside the tensor.
+// fills those elements with zeros, a store skips them. A load's box may also start before 0 (those
+// elements read as zeros); a store's may not: on the H200 a 4-d store box starting at row -53
+// raised an illegal instruction (docs/perf.md, 2026-12-03, session 19). A box always counts its
+// full size in bytes towards the mbarrier's transactions, whether or not part of it lies outside
+// the tensor.
 //
 // Host:
 //   make_matrix_tensor_map     a [rows, cols] matrix with a row stride, in boxes of box_rows x 64
