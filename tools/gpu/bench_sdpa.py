@@ -109,6 +109,15 @@ class Ours:
             raise RuntimeError(self.msg.value.decode())
 
 
+def benchmark_inputs(n, d, dtype=torch.bfloat16):
+    """The benchmark's inputs at sequence length n and head dim d (16k tokens, hidden 2048: batch
+    16384 / n, at least 1, heads 2048 / d): q, k, v and an output o, [b, n, h, d], and the [b, h, n, d]
+    views of q, k and v that SDPA takes."""
+    b, h = max(1, 16384 // n), 2048 // d
+    q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=dtype) for _ in range(3))
+    return q, k, v, torch.empty_like(q), tuple(x.transpose(1, 2) for x in (q, k, v))
+
+
 def time_ms(fn, warmup=3, reps=10):
     for _ in range(warmup):
         fn()
