@@ -25,11 +25,13 @@ def main():
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--seqlen", type=int, default=8192)
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--batch", type=int, help="batch size (default 16384 / seqlen, at least 1)")
+    ap.add_argument("--no-split", action="store_true", help="sm90 without the split tail (FLASHATTN_SM90_SPLIT=0)")
     args = ap.parse_args()
     ours = Ours(args.lib)
     backend = SM90 if args.backend == "sm90" else SM80
     n, d = args.seqlen, args.dim
-    b, h = max(1, 16384 // n), 2048 // d
+    b, h = args.batch or max(1, 16384 // n), 2048 // d
     torch.manual_seed(0)
     q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     o = torch.empty_like(q)
@@ -40,7 +42,7 @@ def main():
             return F.scaled_dot_product_attention(qt, kt, vt, is_causal=args.causal)
 
     for _ in range(3):
-        ours(q, k, v, o, None, args.causal, backend=backend)
+        ours(q, k, v, o, None, args.causal, backend=backend, split=not args.no_split)
         ref = cudnn()
     torch.cuda.synchronize()
     err = (o.float() - ref.transpose(1, 2).float()).abs().max().item()
@@ -48,7 +50,7 @@ def main():
     if not err < 0.05:
         sys.exit("ours and cuDNN disagree")
     torch.cuda.cudart().cudaProfilerStart()
-    ours(q, k, v, o, None, args.causal, backend=backend)
+    ours(q, k, v, o, None, args.causal, backend=backend, split=not args.no_split)
     cudnn()
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStop()

@@ -46,14 +46,21 @@
 // tile number g uses slot g % stages in round g / stages; consumers wait full with parity round & 1;
 // the producer waits empty with parity (round & 1) ^ 1, which passes at once in round 0
 // (mbarrier.cuh). K and V have barriers of their own, so issuing K(g + 1) before V(g) changes no
-// barrier's sequence. Q likewise: the block's L-th Q load (items without visible key tiles load
-// none) completes q_full's phase L, and waits for q_empty's phase L - 1. No barrier is initialised
-// twice.
+// barrier's sequence. Q and the rounds: the producer alone resolves the block's rounds (segment,
+// WorkTile, each consumer's SliceTiles: tile_scheduler.cuh's ItemInfo) and writes round k's into
+// items[k % 4]. Once the consumers pass q_empty's phase k - 1 (done with round k - 1's Q tile, or
+// at that round's start when it has none; so after round k - 2's epilogue, and past item_full's
+// phase k - 1) it completes item_full's phase k, then loads the item's Q tile, if it has one (key
+// tiles, and not pack-GQA), the block's L-th Q load completing q_full's phase L. A slot is
+// rewritten four rounds on, long after its last reader; the consumers read the item at once and
+// set up their tiles while its Q is in flight. The block's end is a round whose item is
+// >= num_items. No barrier is initialised twice.
 //
 // Pack-GQA (p.pack_gqa, tile_scheduler.cuh): a tile's rows interleave the query heads of one kv
 // head, which no TMA box describes; the producer then loads K and V only, and each consumer warp
 // copies its 16 rows of Q itself (copy_packed_q), fenced for the async proxy and met on its
-// warpgroup's named barrier before the first S; q_full and q_empty stay unused.
+// warpgroup's named barrier before the first S; q_full stays unused, and q_empty guards the
+// ItemInfo slots alone.
 //
 // The split tail (tile_scheduler.cuh: block_segment; p.split_round < kNoSplit): a block's last
 // rounds may run parts of items, each a segment of the item's walk that the producer and the
@@ -167,9 +174,10 @@ __device__ __forceinline__ ConsumerThread consumer_thread() {
 }
 
 // The consumers' progress over the block's items, in one register (the main loop at d = 256 leaves
-// none to spare): the item counter k; the K/V tiles consumed so far, modulo 2 stages (a tile's slot
-// and round parity repeat every 2 stages tiles; at most 8, in 3 bits); q_full's parity (Q tiles
-// consumed, modulo 2); whether the ring of turns has started (a tile was consumed).
+// none to spare): the round counter k (item_full's phase, and the ItemInfo slot k % 4); the K/V
+// tiles consumed so far, modulo 2 stages (a tile's slot and round parity repeat every 2 stages tiles;
+// at most 8, in 3 bits); q_full's parity (Q tiles consumed, modulo 2); whether the ring of turns has
+// started (a tile was consumed).
 template <int kStages>
 struct Progress {
   static constexpr int kTileModulus = 2 * kStages;
@@ -179,9 +187,11 @@ struct Progress {
 
   __device__ __forceinline__ int k() const { return static_cast<int>(bits >> kItemShift); }
   __device__ __forceinline__ int tiles() const { return static_cast<int>(bits & kTileBits); }
+  __device__ __forceinline__ uint32_t item_parity() const { return static_cast<uint32_t>(k() & 1); }
   __device__ __forceinline__ uint32_t q_parity() const { return (bits & kQOdd) ? 1u : 0u; }
   __device__ __forceinline__ bool started() const { return (bits & kStarted) != 0; }
-  // The item is done, having consumed n_tiles K/V tiles and, when n_tiles > 0, a Q tile.
+  // The round is done, its item having consumed n_tiles K/V tiles and, when n_tiles > 0, a Q tile
+  // (pack-GQA counts one too, and never waits for q_full).
   __device__ __forceinline__ void next_item(int n_tiles) {
     const uint32_t item = (bits >> kItemShift) + 1;
     if (n_tiles > 0)
@@ -189,6 +199,10 @@ struct Progress {
     bits = (bits & ((1u << kItemShift) - 1)) | (item << kItemShift);
   }
 };
+
+// x as lane 0 holds it: a value the compiler then knows to be warp-uniform (the consumers' branches
+// on an item's tile ranges, read from shared memory, stay uniform branches).
+__device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
 
 // Pack-GQA (tile_scheduler.cuh): a consumer warp's 16 rows of the Q tile (tile rows warp_row0 ..,
 // item rows w.q_tile_row0 + warp_row0 ..), copied from global memory with 16-byte loads into the
@@ -298,6 +312,7 @@ __device__ __forceinline__ void pack_p(uint32_t (&pa)[kPSteps][4], const float (
 // The block's mbarriers.
 template <int kStages>
 struct Barriers {
+  uint64_t item_full;  // the round's ItemInfo is written (the producer's arrival)
   uint64_t q_full, q_empty;
   uint64_t k_full[kStages], k_empty[kStages];
   uint64_t v_full[kStages], v_empty[kStages];
@@ -331,6 +346,8 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
 
   extern __shared__ uint8_t smem_raw[];
   __shared__ alignas(8) Barriers<kStages> bars;
+  using Info = ItemInfo<kTiles.consumers>;
+  __shared__ alignas(16) Info items[4];  // round k's in items[k % 4]
   const uint32_t raw = cuda::smem_address(smem_raw);
   const uint32_t q_addr = (raw + ForwardTiles::kAlignment - 1) / ForwardTiles::kAlignment * ForwardTiles::kAlignment;
   const uint32_t k_addr0 = q_addr + QTile::kBytes;
@@ -343,6 +360,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
   const auto parity_of = [](int g) { return static_cast<uint32_t>((g / kStages) & 1); };
 
   if (threadIdx.x == 0) {
+    hw::mbarrier_init(bar(bars.item_full), 1);               // the producer's arrival
     hw::mbarrier_init(bar(bars.q_full), 1);                  // the producer's expect_tx
     hw::mbarrier_init(bar(bars.q_empty), kConsumerThreads);  // every consumer thread
 #pragma unroll
@@ -364,41 +382,63 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
       hw::tma_prefetch_descriptor(p.q_map);
       hw::tma_prefetch_descriptor(p.k_map);
       hw::tma_prefetch_descriptor(p.v_map);
-      int g = 0;        // K/V tiles issued so far
-      int q_loads = 0;  // Q tiles loaded so far
+      int g = 0;  // K/V tiles issued so far
       for (int k = 0;; ++k) {
         const Segment segment = block_segment(p, k);
-        if (segment.item >= p.num_items) break;
-        const WorkTile w = work_tile<kBlockM, kBlockN, false>(p, segment);
-        const int n_tiles = w.tiles.count();
-        const int h_kv = w.h / p.group;
+        const bool done = segment.item >= p.num_items;
         // The item's tile i (key tile n_end - 1 - i) is the block's K/V tile g + i, into K's or V's
         // slot (tiles of one shape, KTile) once that slot's empty barrier passes.
-        const auto load_tile = [&](uint64_t(&full)[kStages], uint64_t(&empty)[kStages], uint32_t slot_addr0,
-                                   const CUtensorMap& map, int i) {
+        const auto load_tile = [&](const WorkTile& t, uint64_t(&full)[kStages], uint64_t(&empty)[kStages],
+                                   uint32_t slot_addr0, const CUtensorMap& map, int i) {
           const int tile = g + i, slot = slot_of(tile);
-          const int row = w.k_row0 + w.key_tile_start<kBlockN>(w.tiles.n_end - 1 - i);
+          const int row = t.k_row0 + t.key_tile_start<kBlockN>(t.tiles.n_end - 1 - i);
           hw::mbarrier_wait(bar(empty[slot]), parity_of(tile) ^ 1);
           hw::mbarrier_arrive_expect_tx(bar(full[slot]), KTile::kBytes);
 #pragma unroll
           for (int cb = 0; cb < KTile::kColBlocks; ++cb)
             hw::tma_load(slot_addr0 + slot * KTile::kBytes + KTile::col_block_offset(cb), map, bar(full[slot]),
-                         hw::kSw128Cols * cb, row, h_kv, w.tma_batch);
+                         hw::kSw128Cols * cb, row, t.h / p.group, t.tma_batch);
         };
-        for (int i = 0; i < n_tiles; ++i) {
-          if (i == 0 || !kKAhead) load_tile(bars.k_full, bars.k_empty, k_addr0, p.k_map, i);
-          if (i == 0 && !p.pack_gqa) {  // Q, once the consumers are done with the previous item's O
-                                         // (pack-GQA: the consumers copy Q themselves)
-            hw::mbarrier_wait(bar(bars.q_empty), static_cast<uint32_t>(q_loads & 1) ^ 1);
-            hw::mbarrier_arrive_expect_tx(bar(bars.q_full), QTile::kBytes);
+        // K(0) first, so that it does not wait behind the previous item's Q.
+        if (!done) {
+          const WorkTile w = work_tile<kBlockM, kBlockN>(p, segment);
+          if (w.tiles.count() > 0) load_tile(w, bars.k_full, bars.k_empty, k_addr0, p.k_map, 0);
+        }
+        // Round k's ItemInfo, into slot k % 4: its last round, k - 4, ended (epilogue included)
+        // before the consumers passed q_empty's phase k - 3 (or later), which the producer waited for
+        // in round k - 2. The WorkTile is resolved again and written straight to shared memory, and
+        // the rest is read back from there: the producer has 24-40 registers. Written before the
+        // wait below, so that the Q load does not wait for it (without Q in registers, q_empty passes
+        // only at the item's last S).
+        Info& info = items[k & 3];
+        info.segment = segment;
+        info.w = done ? WorkTile{} : work_tile<kBlockM, kBlockN>(p, segment);
+        asm volatile("" ::: "memory");  // what follows reads info.w from shared memory
 #pragma unroll
-            for (int cb = 0; cb < QTile::kColBlocks; ++cb)
-              hw::tma_load(q_addr + QTile::col_block_offset(cb), p.q_map, bar(bars.q_full), hw::kSw128Cols * cb,
-                           w.q_row0 + w.q_tile_row0, w.h, w.tma_batch);
-            ++q_loads;
-          }
-          if (kKAhead && i + 1 < n_tiles) load_tile(bars.k_full, bars.k_empty, k_addr0, p.k_map, i + 1);
-          load_tile(bars.v_full, bars.v_empty, v_addr0, p.v_map, i);
+        for (int c = 0; c < kTiles.consumers; ++c) {
+          info.slices[c] = info.w.slice_tiles<kBlockN>(info.w.q_tile_row0 + c * kRows, kRows, p.group, p.pack_gqa);
+          asm volatile("" ::: "memory");
+        }
+        const WorkTile& w = info.w;
+        const int n_tiles = w.tiles.count();
+        // Then, once the consumers are done with round k - 1's Q tile (so that every consumer has
+        // passed item_full's phase k - 1, and q_full's last phase is complete): item_full's phase k,
+        // and the item's Q tile by TMA (none without key tiles, with pack-GQA, or when done).
+        hw::mbarrier_wait(bar(bars.q_empty), static_cast<uint32_t>(k & 1) ^ 1);
+        hw::mbarrier_arrive(bar(bars.item_full));
+        if (n_tiles > 0 && !p.pack_gqa) {
+          hw::mbarrier_arrive_expect_tx(bar(bars.q_full), QTile::kBytes);
+#pragma unroll
+          for (int cb = 0; cb < QTile::kColBlocks; ++cb)
+            hw::tma_load(q_addr + QTile::col_block_offset(cb), p.q_map, bar(bars.q_full), hw::kSw128Cols * cb,
+                         w.q_row0 + w.q_tile_row0, w.h, w.tma_batch);
+        }
+        if (done) break;
+        // Then per tile i: K(i) (K(0) above), K(i + 1) ahead (kKAhead), V(i).
+        for (int i = 0; i < n_tiles; ++i) {
+          if (i > 0 && !kKAhead) load_tile(w, bars.k_full, bars.k_empty, k_addr0, p.k_map, i);
+          if (kKAhead && i + 1 < n_tiles) load_tile(w, bars.k_full, bars.k_empty, k_addr0, p.k_map, i + 1);
+          load_tile(w, bars.v_full, bars.v_empty, v_addr0, p.v_map, i);
         }
         g += n_tiles;
       }
@@ -412,15 +452,23 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
   const float score_scale_log2 = kSoftcap ? cuda::kLog2e : p.scale_log2;  // softcap's scores are final logits
   Progress<kStages> progress;
 
+  // Round k's item, as the producer published it (ItemInfo): read from shared memory where used.
+  const auto info = [&](int k) -> const Info& { return items[k & 3]; };
+  const auto release_q_loaded = [&] { hw::mbarrier_arrive(bar(bars.q_empty)); };
+
   for (;;) {
-    const Segment segment = block_segment(p, progress.k());
-    if (segment.item >= p.num_items) break;
-    const WorkTile w = work_tile<kBlockM, kBlockN, true>(p, segment);
+    hw::mbarrier_wait(bar(bars.item_full), progress.item_parity());
+    const Info& item = info(progress.k());
+    if (warp_uniform(item.segment.item) >= p.num_items) break;
+    const WorkTile& w = item.w;
+    const int n_tiles = warp_uniform(w.tiles.count());
+    // Without a Q tile by TMA (no key tiles, or pack-GQA: the consumers copy Q), q_empty's phase k
+    // only frees the ItemInfo slot of round k - 1 (read in its epilogue, which is done).
+    if (n_tiles == 0 || p.pack_gqa) release_q_loaded();
     if (w.empty()) {  // varlen: the sequence ends before this tile
       progress.next_item(0);
       continue;
     }
-    const int n_tiles = w.tiles.count();
     const ConsumerThread me = consumer_thread();
     const int c = me.c, lane = me.lane;
     const int g_row = lane / 4, quad_lane = lane % 4;
@@ -436,7 +484,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
 
     // The parts of one tile, by its K/V tile number g of the block: the item's tiles are g_begin ..
     // g_end - 1, g holding key tile n = n_top - g (the walk goes from the last visible one down).
-    const int g_begin = progress.tiles(), g_end = g_begin + n_tiles, n_top = w.tiles.n_end - 1 + g_begin;
+    const int g_begin = progress.tiles(), g_end = g_begin + n_tiles, n_top = warp_uniform(w.tiles.n_end) - 1 + g_begin;
     // This consumer's own rows (its 64-row slice, those of the item) decide what it computes: the
     // walk's first tiles, which lie above the slice's diagonal (the causal band of a 192-row tile
     // spans 2-3 key tiles, a 64-row slice's 1-2) or past its rows' right window edge, it skips:
@@ -445,24 +493,21 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
     // g_whole_begin .. g_whole_end - 1 (none: both g_end). The tiles before it hold the diagonal,
     // the right window edge and the end of the sequence (varlen tail boxes too), those after it the
     // left window edge.
-    const SliceTiles mine = w.slice_tiles<kBlockN>(w.q_tile_row0 + slice_row0, kRows, p.group, p.pack_gqa);
-    const int g_first = mine.seen.count() > 0 ? n_top + 1 - mine.seen.n_end : g_end;
-    const int g_whole_begin = mine.whole.count() > 0 ? n_top + 1 - mine.whole.n_end : g_end;
-    const int g_whole_end = mine.whole.count() > 0 ? n_top + 1 - mine.whole.n_begin : g_end;
+    const SliceTiles& mine = item.slices[c];
+    const int g_first = warp_uniform(mine.seen.count() > 0 ? n_top + 1 - mine.seen.n_end : g_end);
+    const int g_whole_begin = warp_uniform(mine.whole.count() > 0 ? n_top + 1 - mine.whole.n_end : g_end);
+    const int g_whole_end = warp_uniform(mine.whole.count() > 0 ? n_top + 1 - mine.whole.n_begin : g_end);
     const auto masked = [&](int g) { return g < g_whole_begin || g >= g_whole_end; };
     const auto wait_k = [&](int g) { hw::mbarrier_wait(bar(bars.k_full[slot_of(g)]), parity_of(g)); };
     const auto wait_v = [&](int g) { hw::mbarrier_wait(bar(bars.v_full[slot_of(g)]), parity_of(g)); };
     const auto release_k = [&](int g) { hw::mbarrier_arrive(bar(bars.k_empty[slot_of(g)])); };
     const auto release_v = [&](int g) { hw::mbarrier_arrive(bar(bars.v_empty[slot_of(g)])); };
     // Once the item's last S is done, the Q tile is free for the next item's TMA load (wgmma read
-    // it through the async proxy, which the load writes through; pack-GQA: no TMA, no q_empty).
-    // With Q in registers it is free once they are loaded (release_q_loaded), and the item's last S
+    // it through the async proxy, which the load writes through; pack-GQA: released above). With
+    // Q in registers it is free once they are loaded (release_q_loaded), and the item's last S
     // releases nothing.
-    const auto release_q_loaded = [&] {
-      if (!p.pack_gqa) hw::mbarrier_arrive(bar(bars.q_empty));
-    };
     const auto release_q = [&] {
-      if (!kQRegs) release_q_loaded();
+      if (!kQRegs && !p.pack_gqa) release_q_loaded();
     };
     uint32_t qa[kQRegs ? kHeadDim / 16 : 1][4];  // Q's A operand (kQRegs), from the Q tile each item
     // S = Q K(g)ᵀ (first 2 kAcc keys: all, or a narrow S's half), issued and committed as one group;
@@ -510,7 +555,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
       }
       if constexpr (kQRegs) {
         load_q_operand<kHeadDim, QTile>(qa, q_addr, warp_row0, lane);
-        release_q_loaded();
+        if (!p.pack_gqa) release_q_loaded();
       }
 #pragma unroll
       for (int x = 0; x < kO; ++x) o[x] = 0.0f;
@@ -577,7 +622,8 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
           // diagonal of a slice whose rows start at a multiple of 128; decided at run time), so
           // S(g_first) is a 64 x Bc / 2 GEMM, its softmax half as long, and P(g_first) V(g_first)
           // half the key steps.
-          const bool narrow = kNarrowFirst && mine.keys_hi <= w.key_tile_start<kBlockN>(n_top - g_first) + kBlockN / 2;
+          const bool narrow =
+              kNarrowFirst && warp_uniform(mine.keys_hi <= w.key_tile_start<kBlockN>(n_top - g_first) + kBlockN / 2);
           const int g_narrow = narrow ? g_first : -1;  // P(g) V(g) takes half the key steps
           // Phase g_first - g_begin: S(g_first) alone.
           wait_k(g_first);
@@ -593,7 +639,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
             release_k(g_first);
             if (g_first > g_begin) release_v(g_first - 1);
             modify(s, g_first, mask);
-            softmax.update(s, score_scale_log2, alpha);
+            softmax.template update</*kFirst=*/true>(s, score_scale_log2, alpha);
             pack_p<T>(pa, s);
           };
           const auto narrow_first = [&] {
@@ -679,10 +725,10 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
       }
 
       // A part of a split item (the split tail): merged with the other part's state, or handed to
-      // it (then nothing to store). The segment is resolved again, not kept over the main loop.
+      // it (then nothing to store). The segment is read again from the round's ItemInfo.
       if (p.split_round != ForwardKernelParams::kNoSplit) {
-        const Segment part = block_segment(p, opaque(progress.k()));
-        if (part.part()) {
+        const Segment& part = info(opaque(progress.k())).segment;
+        if (warp_uniform(part.boundary) >= 0) {
           const ConsumerThread t = consumer_thread();
           if (!merge_split_parts<kTiles.consumers>(p, part.boundary, t.c, t.warp, t.lane, o, softmax,
                                                    score_scale_log2)) {
@@ -691,7 +737,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
           }
         }
       }
-      softmax.finalize(kSoftcap ? 1.0f : p.scale, inv_l, lse);
+      softmax.finalize(kSoftcap ? 1.0f : p.scale, p.maybe_lse != nullptr, inv_l, lse);
     }
 
     // ---- Epilogue: O / l and lse -------------------------------------------------------------------
@@ -713,8 +759,9 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
     const int e_lane = opaque(lane), e_warp_row0 = opaque(warp_row0);
     const int e_g = e_lane / 4, e_quad = e_lane % 4;
 
-    // The item's rows and addresses, resolved again rather than kept in registers over the main loop.
-    const WorkTile e = work_tile<kBlockM, kBlockN, true>(p, block_segment(p, opaque(progress.k())));
+    // The item's rows and addresses, read again from the round's ItemInfo rather than kept in
+    // registers over the main loop.
+    const WorkTile& e = info(opaque(progress.k())).w;
     // The warp's rows are warp_r0 .. warp_r0 + 15 of the item's row space, those of the item stored
     // only; a row's place is (query, head) = (row, e.h), or under pack-GQA (row / group, e.h + row %
     // group).

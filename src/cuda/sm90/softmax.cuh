@@ -47,7 +47,8 @@ template <bool kTree, bool kLazy>
 struct OnlineSoftmax {
   float m[2];
   float l[2];
-  bool moved;  // the last update moved m (alpha != 1): o must be rescaled; uniform over the warp
+  bool moved;  // the last update moved m (alpha != 1) of an o that may be nonzero: o must be
+               // rescaled; uniform over the warp
 
   __device__ __forceinline__ void init() {
 #pragma unroll
@@ -59,8 +60,9 @@ struct OnlineSoftmax {
   }
 
   // Turns the scores s of one K tile into unnormalised P (in place); alpha receives each row's
-  // rescaling factor, by which o must be multiplied before P V is added to it.
-  template <int kS>
+  // rescaling factor, by which o must be multiplied before P V is added to it. kFirst: the first
+  // tile since init(), where o is still 0: kLazy then skips the vote, and o's rescale (alpha = 0).
+  template <bool kFirst = false, int kS>
   __device__ __forceinline__ void update(float (&s)[kS], float scale_log2, float (&alpha)[2]) {
     float m_new[2];
 #pragma unroll
@@ -74,7 +76,9 @@ struct OnlineSoftmax {
       }
       m_new[r] = cuda::quad_max(row_max);
     }
-    if constexpr (kLazy) {
+    if constexpr (kLazy && kFirst) {
+      moved = false;  // m takes the tile's maxima; o = 0 needs no rescale
+    } else if constexpr (kLazy) {
       // -inf to a finite maximum moves (inf > 8); -inf to -inf does not (NaN compares false).
       const bool exceeds = (m_new[0] - m[0]) * scale_log2 > kLazyRescaleLog2 ||
                            (m_new[1] - m[1]) * scale_log2 > kLazyRescaleLog2;
@@ -128,12 +132,13 @@ struct OnlineSoftmax {
   // Each row's 1 / l (O = o / l, applied by the epilogue as it stores o) and natural-log lse; 0 and
   // -inf for rows that saw no key. `scale` converts m to natural units (1 when the scores already
   // are final logits).
-  __device__ __forceinline__ void finalize(float scale, float (&inv_l)[2], float (&lse)[2]) const {
+  // with_lse = false: lse is left as it is (the caller stores none).
+  __device__ __forceinline__ void finalize(float scale, bool with_lse, float (&inv_l)[2], float (&lse)[2]) const {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float sum = cuda::quad_sum(l[r]);
       inv_l[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
-      lse[r] = sum > 0.0f ? m[r] * scale + logf(sum) : -INFINITY;
+      if (with_lse) lse[r] = sum > 0.0f ? m[r] * scale + logf(sum) : -INFINITY;
     }
   }
 };

@@ -160,11 +160,9 @@ struct WorkTile {
   }
 };
 
-// kWholeWarp: every lane of the warp calls this (the consumers); the values read from cu_seqlens
-// are then taken from lane 0, so that the compiler knows the whole item to be warp-uniform. The
-// producer's single thread calls it with false.
+// Called by the producer's single thread (ItemInfo below carries the result to the consumers).
 // A part of an item (the split tail) keeps the tiles of its walk positions only.
-template <int kBlockM, int kBlockN, bool kWholeWarp>
+template <int kBlockM, int kBlockN>
 __device__ __forceinline__ WorkTile work_tile(const ForwardKernelParams& p, const Segment& segment) {
   const int item = segment.item;
   WorkTile w;
@@ -178,14 +176,10 @@ __device__ __forceinline__ WorkTile work_tile(const ForwardKernelParams& p, cons
 
   const bool varlen = p.maybe_cu_seqlens_q != nullptr;
   if (varlen) {
-    const auto load = [](const int32_t* cu) {
-      const int x = *cu;
-      return kWholeWarp ? __shfl_sync(0xffffffffu, x, 0) : x;
-    };
-    w.q_row0 = load(p.maybe_cu_seqlens_q + w.b);
-    w.k_row0 = load(p.maybe_cu_seqlens_k + w.b);
-    w.sq = load(p.maybe_cu_seqlens_q + w.b + 1) - w.q_row0;
-    w.sk = load(p.maybe_cu_seqlens_k + w.b + 1) - w.k_row0;
+    w.q_row0 = p.maybe_cu_seqlens_q[w.b];
+    w.k_row0 = p.maybe_cu_seqlens_k[w.b];
+    w.sq = p.maybe_cu_seqlens_q[w.b + 1] - w.q_row0;
+    w.sk = p.maybe_cu_seqlens_k[w.b + 1] - w.k_row0;
   } else {
     w.q_row0 = w.k_row0 = 0;
     w.sq = p.seqlen_q;
@@ -234,5 +228,18 @@ __device__ __forceinline__ WorkTile work_tile(const ForwardKernelParams& p, cons
   }
   return w;
 }
+
+// One round of a block as the producer resolved it, for the consumers (forward_kernel.cuh): the
+// segment (item >= p.num_items: the block is done), its WorkTile and each consumer's SliceTiles.
+// The producer alone runs block_segment, work_tile and slice_tiles (their divisions and 64-bit band
+// arithmetic, some hundreds of instructions a round); it writes the round's ItemInfo into slot
+// k % 4 of shared memory before it completes q_full's phase k, and the consumers read it there, at
+// the item's start and again in its epilogue, instead of holding it in registers over the main loop.
+template <int kConsumers>
+struct ItemInfo {
+  Segment segment;
+  WorkTile w;
+  SliceTiles slices[kConsumers];
+};
 
 }  // namespace flashattn::detail::sm90
