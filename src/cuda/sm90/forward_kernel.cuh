@@ -386,6 +386,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
       for (int k = 0;; ++k) {
         const Segment segment = block_segment(p, k);
         const bool done = segment.item >= p.num_items;
+        int h_kv = 0;  // the item's kv head, once per item (the loads below read it)
         // The item's tile i (key tile n_end - 1 - i) is the block's K/V tile g + i, into K's or V's
         // slot (tiles of one shape, KTile) once that slot's empty barrier passes.
         const auto load_tile = [&](const WorkTile& t, uint64_t(&full)[kStages], uint64_t(&empty)[kStages],
@@ -397,11 +398,12 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
 #pragma unroll
           for (int cb = 0; cb < KTile::kColBlocks; ++cb)
             hw::tma_load(slot_addr0 + slot * KTile::kBytes + KTile::col_block_offset(cb), map, bar(full[slot]),
-                         hw::kSw128Cols * cb, row, t.h / p.group, t.tma_batch);
+                         hw::kSw128Cols * cb, row, h_kv, t.tma_batch);
         };
         // K(0) first, so that it does not wait behind the previous item's Q.
         if (!done) {
           const WorkTile w = work_tile<kBlockM, kBlockN>(p, segment);
+          h_kv = w.h / p.group;
           if (w.tiles.count() > 0) load_tile(w, bars.k_full, bars.k_empty, k_addr0, p.k_map, 0);
         }
         // Round k's ItemInfo, into slot k % 4: its last round, k - 4, ended (epilogue included)
@@ -419,7 +421,9 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
           info.slices[c] = info.w.slice_tiles<kBlockN>(info.w.q_tile_row0 + c * kRows, kRows, p.group, p.pack_gqa);
           asm volatile("" ::: "memory");
         }
-        const WorkTile& w = info.w;
+        // The loop's fields, back in registers (the mbarrier waits would have them reloaded from
+        // shared memory on every tile).
+        const WorkTile w = info.w;
         const int n_tiles = w.tiles.count();
         // Then, once the consumers are done with round k - 1's Q tile (so that every consumer has
         // passed item_full's phase k - 1, and q_full's last phase is complete): item_full's phase k,
