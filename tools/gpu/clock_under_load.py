@@ -6,7 +6,8 @@ Each window's first 0.3 s is dropped, so that the clock has settled. The questio
 (docs/perf.md, "What an item costs"): is the time per key tile of a long call different at n = 4k and
 at 16k because the clock differs? That is, does a tile cost more energy in one than in the other?
 
-Written in session 19 (2026-12-03), when the session's device time ran out before its first run.
+Written in session 19 (2026-12-03). It first ran in session 20: both kernels are held at about 690 W,
+and ours ran at 1665 MHz at n = 4k and 1620 at 16k (docs/perf.md, "An item's fixed cost").
 
     python3 tools/gpu/clock_under_load.py --lib build/gpu/tools/gpu/libflashattn_shim.so
 """
