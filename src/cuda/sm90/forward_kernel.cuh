@@ -732,7 +732,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
       // it (then nothing to store). The segment is read again from the round's ItemInfo.
       if (p.split_round != ForwardKernelParams::kNoSplit) {
         const Segment& part = info(opaque(progress.k())).segment;
-        if (warp_uniform(part.boundary) >= 0) {
+        if (warp_uniform(part.part())) {
           const ConsumerThread t = consumer_thread();
           if (!merge_split_parts<kTiles.consumers>(p, part.boundary, t.c, t.warp, t.lane, o, softmax,
                                                    score_scale_log2)) {
