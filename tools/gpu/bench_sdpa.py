@@ -4,10 +4,10 @@ backends, in one process, on the same inputs, timed the same way (CUDA events ar
 median after warm-up). Backward FLOPs are 2.5x the forward's; SDPA's backward is timed as
 torch.autograd.grad of a retained graph, which runs only its backward kernels.
 
-Grid of issue 3's bar: bf16, 16k total tokens, hidden 2048 (batch = 16384 / n, heads = 2048 / d),
-n in 2k / 8k / 16k, d in 64 / 128 / 256, causal and not. FLOPs as the FlashAttention papers count
-them: 4 * batch * heads * n * n * d, halved under causal masking. Each input set (q, k, v, o) is
-256 MB, several times the 60 MB L2, so repeated calls do not run from the cache.
+Grid of issues 3's and 4's bars: bf16, 16k total tokens, hidden 2048 (batch = 16384 / n, heads =
+2048 / d), n in 2k / 4k / 8k / 16k, d in 64 / 128 / 256, causal and not. FLOPs as the FlashAttention
+papers count them: 4 * batch * heads * n * n * d, halved under causal masking. Each input set
+(q, k, v, o) is 256 MB, several times the 60 MB L2, so repeated calls do not run from the cache.
 
     python3 tools/gpu/bench_sdpa.py --lib build/gpu/libflashattn_shim.so [--json out.json]
 """
@@ -251,7 +251,7 @@ def main():
     ap.add_argument("--lib", required=True)
     ap.add_argument("--json")
     ap.add_argument("--dims", default="64,128,256")
-    ap.add_argument("--seqlens", default="2048,8192,16384")
+    ap.add_argument("--seqlens", default="2048,4096,8192,16384")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     ap.add_argument("--backends", default="flash,cudnn,efficient,math")
     ap.add_argument("--math-max-n", type=int, default=2048, help="math backend only up to this n (memory, time)")
