@@ -51,7 +51,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", action="append", required=True, help="name=path of a libflashattn_shim.so")
     ap.add_argument("--dims", default="64,128,256")
-    ap.add_argument("--seqlens", default="2048,8192,16384")
+    ap.add_argument("--seqlens", default="2048,4096,8192,16384")
     ap.add_argument("--reps", type=int, default=4, help="calls per timed sample (time_interleaved)")
     ap.add_argument("--forward", choices=["sm80", "sm90"], help="time this forward path instead of the backward")
     ap.add_argument("--causal", choices=["both", "no", "yes"], default="both")

@@ -325,7 +325,8 @@ Status cuda_sm90_forward(const ForwardParams& p, void* workspace, void* stream) 
   ForwardKernelParams k;
   // supported() encoded the same maps (for its checks), so this does not fail; it is encoded again
   // here because the maps travel by value in the kernel's parameters.
-  if (const Status s = kernel_params(p, *inst, &k); !s) return {StatusCode::kInternal, "cuda sm90 forward: " + s.message};
+  if (const Status s = kernel_params(p, *inst, &k); !s)
+    return {StatusCode::kInternal, "cuda sm90 forward: " + s.message};
   int device = 0;
   if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
     return {StatusCode::kInternal, std::string("cuda sm90 forward: cudaGetDevice failed: ") + cudaGetErrorString(e)};

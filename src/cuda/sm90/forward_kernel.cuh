@@ -281,7 +281,8 @@ __device__ __forceinline__ void value_gemm(float (&o)[kO], const uint32_t (&pa)[
   hw::wgmma_fence_operand(o);
   hw::wgmma_fence();
 #pragma unroll
-  for (int k16 = 0; k16 < kSteps; ++k16) hw::wgmma_rs<T, 1>(o, pa[k16], hw::mn_major_descriptor<VTile>(v_tile, k16), true);
+  for (int k16 = 0; k16 < kSteps; ++k16)
+    hw::wgmma_rs<T, 1>(o, pa[k16], hw::mn_major_descriptor<VTile>(v_tile, k16), true);
   hw::wgmma_commit();
   hw::wgmma_fence_operand(o);
 }
