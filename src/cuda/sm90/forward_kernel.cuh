@@ -13,7 +13,9 @@
 //       V(1), ... (K(i + 1) before V(i), kKAhead below).
 //   consumer warpgroup c (C of them, 64 rows each):  per tile, S = Q Kᵀ (wgmma from shared memory),
 //       release K, mask, online softmax in registers on the accumulator layout, O += P V with P
-//       from registers (wgmma_rs, V read MN-major), release V; Q (q_empty) as the item's last P V
+//       from registers (wgmma_rs, V read MN-major; with the policy's row_sums_by_pv over V's d
+//       columns and 8 more from a block of ones after each V slot, so that the tensor cores sum P's
+//       rows into l, and the softmax adds nothing), release V; Q (q_empty) as the item's last P V
 //       is issued; then O / l and lse, stored from registers to global memory (16 bytes per thread
 //       and store after a transpose within each quad of lanes), rows outside the item not written.
 //
@@ -332,6 +334,11 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
   static_assert(QTile::kBytes == kTiles.q_bytes() && KTile::kBytes == kTiles.kv_tile_bytes());
   constexpr int kS = kBlockN / 2;   // S accumulators per thread
   constexpr int kO = kHeadDim / 2;  // O accumulators per thread
+  // Row sums by P V (policy row_sums_by_pv): P V's N is d + 8, the last 8 columns V's ones, so o's
+  // accumulators kO .. kO + 3 (column block kO / 4, rows r = 0 and 1, columns e = 0 and 1) each hold
+  // the row's l = sum of P (in T, as P V sees it) over all the keys so far.
+  constexpr bool kRowSums = kTiles.row_sums_by_pv;
+  constexpr int kOAcc = kO + (kRowSums ? 4 : 0);
   constexpr int kPSteps = kBlockN / 16;
   constexpr bool kOverlap = kTiles.overlap;  // a scalar: the generic lambda below cannot read kTiles
   // A slice's first tile may be a narrow S, its first Bc / 2 keys (policy.hpp: narrow_first).
@@ -341,7 +348,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
   // softmax of S(i - 1); issued first, K(i + 1) no longer queues behind V(i).
   constexpr bool kExpUnderPv = kTiles.exp_under_pv;
   constexpr bool kKAhead = kExpUnderPv;
-  using Softmax = OnlineSoftmax<kTiles.tree_reductions, kTiles.lazy_rescale>;
+  using Softmax = OnlineSoftmax<kTiles.tree_reductions, kTiles.lazy_rescale, kRowSums>;
   // Q from registers: loaded once per item, after which the Q tile is free for the next item's load.
   constexpr bool kQRegs = kTiles.q_in_registers;
 
@@ -354,7 +361,10 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
   const uint32_t k_addr0 = q_addr + QTile::kBytes;
   const uint32_t v_addr0 = k_addr0 + kStages * KTile::kBytes;
   const auto k_slot = [&](int slot) { return k_addr0 + slot * KTile::kBytes; };
-  const auto v_slot = [&](int slot) { return v_addr0 + slot * VTile::kBytes; };
+  constexpr int kVSlotBytes = kTiles.v_slot_bytes();  // the V tile, then its ones block (kRowSums)
+  static_assert(!kRowSums || (VTile::kColBlocks == kHeadDim / 64 && VTile::kColBlockBytes == kTiles.ones_block_bytes()),
+                "P V's columns d .. d + 7 are the first of the column block after the V tile");
+  const auto v_slot = [&](int slot) { return v_addr0 + slot * kVSlotBytes; };
   const auto bar = [](uint64_t& b) { return cuda::smem_address(&b); };
   // K/V tile number g (in issue order over the block's items): slot and round parity.
   const auto slot_of = [](int g) { return g % kStages; };
@@ -372,6 +382,17 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
       hw::mbarrier_init(bar(bars.v_empty[s]), kConsumerThreads);
     }
     hw::fence_mbarrier_init();
+  }
+  if constexpr (kRowSums) {
+    // Each V slot's ones block (every element 1, so any swizzle reads ones), written once by every
+    // thread and made visible to the async proxy (wgmma reads it) before the barrier.
+    const uint32_t ones = cuda::MmaType<T>::pack(1.0f, 1.0f);
+    constexpr int kChunks = kTiles.ones_block_bytes() / 16;
+    for (int s = 0; s < kStages; ++s)
+      for (int i = threadIdx.x; i < kChunks; i += kTiles.threads())
+        *reinterpret_cast<uint4*>(smem_raw + (v_addr0 - raw) + s * kVSlotBytes + VTile::kBytes + 16 * i) =
+            make_uint4(ones, ones, ones, ones);
+    hw::fence_proxy_async_shared();
   }
   __syncthreads();
 
@@ -391,21 +412,21 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
         // The item's tile i (key tile n_end - 1 - i) is the block's K/V tile g + i, into K's or V's
         // slot (tiles of one shape, KTile) once that slot's empty barrier passes.
         const auto load_tile = [&](const WorkTile& t, uint64_t(&full)[kStages], uint64_t(&empty)[kStages],
-                                   uint32_t slot_addr0, const CUtensorMap& map, int i) {
+                                   uint32_t slot_addr0, int slot_bytes, const CUtensorMap& map, int i) {
           const int tile = g + i, slot = slot_of(tile);
           const int row = t.k_row0 + t.key_tile_start<kBlockN>(t.tiles.n_end - 1 - i);
           hw::mbarrier_wait(bar(empty[slot]), parity_of(tile) ^ 1);
           hw::mbarrier_arrive_expect_tx(bar(full[slot]), KTile::kBytes);
 #pragma unroll
           for (int cb = 0; cb < KTile::kColBlocks; ++cb)
-            hw::tma_load(slot_addr0 + slot * KTile::kBytes + KTile::col_block_offset(cb), map, bar(full[slot]),
+            hw::tma_load(slot_addr0 + slot * slot_bytes + KTile::col_block_offset(cb), map, bar(full[slot]),
                          hw::kSw128Cols * cb, row, h_kv, t.tma_batch);
         };
         // K(0) first, so that it does not wait behind the previous item's Q.
         if (!done) {
           const WorkTile w = work_tile<kBlockM, kBlockN>(p, segment);
           h_kv = w.h / p.group;
-          if (w.tiles.count() > 0) load_tile(w, bars.k_full, bars.k_empty, k_addr0, p.k_map, 0);
+          if (w.tiles.count() > 0) load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, 0);
         }
         // Round k's ItemInfo, into slot k % 4: its last round, k - 4, ended (epilogue included)
         // before the consumers passed q_empty's phase k - 3 (or later), which the producer waited for
@@ -441,9 +462,10 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
         if (done) break;
         // Then per tile i: K(i) (K(0) above), K(i + 1) ahead (kKAhead), V(i).
         for (int i = 0; i < n_tiles; ++i) {
-          if (i > 0 && !kKAhead) load_tile(w, bars.k_full, bars.k_empty, k_addr0, p.k_map, i);
-          if (kKAhead && i + 1 < n_tiles) load_tile(w, bars.k_full, bars.k_empty, k_addr0, p.k_map, i + 1);
-          load_tile(w, bars.v_full, bars.v_empty, v_addr0, p.v_map, i);
+          if (i > 0 && !kKAhead) load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, i);
+          if (kKAhead && i + 1 < n_tiles)
+            load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, i + 1);
+          load_tile(w, bars.v_full, bars.v_empty, v_addr0, kVSlotBytes, p.v_map, i);
         }
         g += n_tiles;
       }
@@ -483,7 +505,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
     const GemmTurns<kTiles.consumers, kTiles.pingpong> turns{c};
     const int row0 = w.q_tile_row0 + warp_row0 + g_row;  // this thread's queries: row0 and row0 + 8
 
-    float o[kO];
+    float o[kOAcc];
     // 1 / l and lse per row; an item without key tiles: O = 0 (not staged), lse = -inf.
     float inv_l[2] = {0.0f, 0.0f}, lse[2] = {-INFINITY, -INFINITY};
 
@@ -530,7 +552,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
     // O += P V(g), one group; pa (P) and o belong to the tensor cores until a wait retires it (then
     // wgmma_fence_operand(o) and keep_alive(pa)). Narrow (after a narrow S): the first kPSteps / 2
     // key steps.
-    const auto issue_pv = [&](float(&acc)[kO], const uint32_t(&pa)[kPSteps][4], int g, bool narrow) {
+    const auto issue_pv = [&](float(&acc)[kOAcc], const uint32_t(&pa)[kPSteps][4], int g, bool narrow) {
       if constexpr (kNarrowFirst) {
         if (narrow) {
           value_gemm<T, VTile, kPSteps / 2>(acc, pa, v_slot(slot_of(g)));
@@ -563,7 +585,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
         if (!p.pack_gqa) release_q_loaded();
       }
 #pragma unroll
-      for (int x = 0; x < kO; ++x) o[x] = 0.0f;
+      for (int x = 0; x < kOAcc; ++x) o[x] = 0.0f;
       Softmax softmax;
       softmax.init();
       if constexpr (!kTiles.pingpong && !kTiles.overlap) {
@@ -729,14 +751,17 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
         }
       }
 
+      // Row sums by P V: l from o's ones columns (each lane of a quad holds its rows' whole sums).
+      if constexpr (kRowSums) softmax.take_row_sums(o[acc_index(kO / 4, 0, 0)], o[acc_index(kO / 4, 1, 0)]);
       // A part of a split item (the split tail): merged with the other part's state, or handed to
-      // it (then nothing to store). The segment is read again from the round's ItemInfo.
+      // it (then nothing to store; o's first kO accumulators, l being the softmax's). The segment is
+      // read again from the round's ItemInfo.
       if (p.split_round != ForwardKernelParams::kNoSplit) {
         const Segment& part = info(opaque(progress.k())).segment;
         if (warp_uniform(part.part())) {
           const ConsumerThread t = consumer_thread();
-          if (!merge_split_parts<kTiles.consumers>(p, part.boundary, t.c, t.warp, t.lane, o, softmax,
-                                                   score_scale_log2)) {
+          if (!merge_split_parts<kTiles.consumers>(p, part.boundary, t.c, t.warp, t.lane,
+                                                   reinterpret_cast<float(&)[kO]>(o), softmax, score_scale_log2)) {
             progress.next_item(part.walk_end - part.walk_begin);  // its tiles (every item sees all T)
             continue;
           }

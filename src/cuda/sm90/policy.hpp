@@ -46,6 +46,9 @@ struct ForwardTiles {
   bool q_in_registers;     // S = Q Kᵀ takes Q from registers (wgmma RS; d / 4 registers per thread,
                            // loaded once per item with ldmatrix, the Q tile freed at once);
                            // false: from shared memory (wgmma SS)
+  bool row_sums_by_pv;     // the tensor cores sum P's rows: P V runs over V's d columns and 8 more
+                           // of ones (a constant block after each V slot), so l accumulates in o's
+                           // last 4 registers and the softmax adds nothing (forward_kernel.cuh)
   Persistence persistent;
 
   static constexpr int kWarpgroupThreads = 128;
@@ -61,8 +64,14 @@ struct ForwardTiles {
   constexpr int launch_registers() const { return 65536 / threads() / 8 * 8; }
   constexpr int q_bytes() const { return block_m() * padded(head_dim) * 2; }
   constexpr int kv_tile_bytes() const { return block_n * padded(head_dim) * 2; }
-  // Q, then `stages` K tiles, then `stages` V tiles, plus the slack to align the base to 1024.
-  constexpr int smem_bytes() const { return q_bytes() + 2 * stages * kv_tile_bytes() + kAlignment; }
+  // A V slot: the tile, then (row_sums_by_pv) one 64-column block of ones, the columns d .. d + 7
+  // that P V reads past the tile (d % 64 == 0: the next column block).
+  constexpr int ones_block_bytes() const { return row_sums_by_pv ? block_n * 128 : 0; }
+  constexpr int v_slot_bytes() const { return kv_tile_bytes() + ones_block_bytes(); }
+  // Q, then `stages` K tiles, then `stages` V slots, plus the slack to align the base to 1024.
+  constexpr int smem_bytes() const {
+    return q_bytes() + stages * (kv_tile_bytes() + v_slot_bytes()) + kAlignment;
+  }
 };
 
 // From the design note (docs/hopper_forward.md): d = 64 takes three consumers (the softmax is a
@@ -99,15 +108,22 @@ struct ForwardTiles {
 // draws less power than from shared memory (tools/gpu/wgmma_rate.cu: m64n128k16 RS holds 1615 MHz,
 // SS 1575), docs/perf.md, 2026-12-03. d = 64 (three consumers, 160 registers) spills 96 bytes with
 // it, d = 192 144 bytes, and d = 256 has no 64 registers to spare: off there.
+// Row sums by P V (one process, against the policy without it, n = 2k-16k, docs/perf.md, 2026-12-04):
+// d = 128 +0.9 to +2.2% non-causal, +0.8 to +1.1% causal; d = 64 -0.3 to +2.2%; d = 192 -0.1 to
+// -1.3%: on at d = 64 and 128. Not possible at d = 96 (the ones would fall inside the padded second
+// column block, which TMA fills with zeros) or d = 256 (N = 264 > 256).
 constexpr ForwardTiles forward_tiles(int head_dim) {
   switch (head_dim) {
-    //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv narrow_first tree lazy q_regs persistent
-    case 64: return {64, 3, 128, 2, 32, 160, true, false, false, true, false, true, false, Persistence::kAlways};
-    case 96: return {96, 2, 128, 2, 40, 232, true, true, false, false, true, true, true, Persistence::kAlways};
-    case 128: return {128, 2, 128, 2, 40, 232, true, true, false, false, true, true, true, Persistence::kAlways};
-    case 192: return {192, 2, 96, 2, 40, 232, true, true, false, false, true, true, false, Persistence::kAlways};
-    case 256: return {256, 2, 80, 2, 24, 240, false, true, false, false, true, true, false, Persistence::kAlways};
-    default: return {0, 0, 0, 0, 0, 0, false, false, false, false, false, false, false, Persistence::kNever};
+    //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv narrow_first tree lazy q_regs
+    //               row_sums_by_pv persistent
+    case 64: return {64, 3, 128, 2, 32, 160, true, false, false, true, false, true, false, true, Persistence::kAlways};
+    case 96: return {96, 2, 128, 2, 40, 232, true, true, false, false, true, true, true, false, Persistence::kAlways};
+    case 128: return {128, 2, 128, 2, 40, 232, true, true, false, false, true, true, true, true, Persistence::kAlways};
+    case 192: return {192, 2, 96, 2, 40, 232, true, true, false, false, true, true, false, false, Persistence::kAlways};
+    case 256:
+      return {256, 2, 80, 2, 24, 240, false, true, false, false, true, true, false, false, Persistence::kAlways};
+    default:
+      return {0, 0, 0, 0, 0, 0, false, false, false, false, false, false, false, false, Persistence::kNever};
   }
 }
 
@@ -142,6 +158,7 @@ struct ForwardPolicy {
   static_assert(!kTiles.exp_under_pv || kTiles.overlap, "exp_under_pv is a variant of the overlap schedule");
   static_assert(!kTiles.narrow_first || kTiles.block_n % 128 == 0, "a narrow S is a wgmma of N = Bc / 2, 64 keys a step");
   static_assert(kTiles.smem_bytes() <= kMaxSmemBytes, "shared memory per block");
+  static_assert(!kTiles.row_sums_by_pv || kHeadDim % 64 == 0, "P V's ones columns start a column block of their own");
   static_assert(kTiles.producer_registers + kTiles.consumers * kTiles.consumer_registers <=
                     (1 + kTiles.consumers) * kTiles.launch_registers(),
                 "setmaxnreg budgets exceed the block's register allocation");

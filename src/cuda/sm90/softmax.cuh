@@ -14,6 +14,9 @@
 // 2^kLazyRescaleLog2 = 256, far from overflow in fp32 and in P's 16-bit type, and since m, l and o
 // move together, O = o / l and lse are the same. Once a row exceeds it, the warp's rows all take
 // their maxima, as without kLazy.
+// Row sums by P V (kRowSums, policy row_sums_by_pv): the tensor cores add P's rows as P V runs over
+// 8 more columns of ones (forward_kernel.cuh), so update() adds nothing and l lives in o (rescaled
+// with it); take_row_sums() reads it back, each lane of a quad holding its rows' whole sums.
 #pragma once
 
 #include <cmath>
@@ -43,7 +46,7 @@ inline constexpr float kLazyRescaleLog2 = 8.0f;  // lazy rescaling's threshold (
 // four interleaved partials (dependency chains of log2(N / 4) fmax and N / 16 adds, against N / 4
 // and N / 4 as one chain each; the sum's rounding order differs, not its precision).
 // kLazy (policy.hpp: lazy_rescale): the lazy rescaling above.
-template <bool kTree, bool kLazy>
+template <bool kTree, bool kLazy, bool kRowSums = false>
 struct OnlineSoftmax {
   float m[2];
   float l[2];
@@ -93,18 +96,19 @@ struct OnlineSoftmax {
       const float base = m_new[r] == -INFINITY ? 0.0f : m_new[r] * scale_log2;
       alpha[r] = cuda::fast_exp2(m[r] * scale_log2 - base);
       m[r] = m_new[r];
-      constexpr int kSums = kTree ? 4 : 1;
-      float row_sum[kSums] = {};
+      // P, and (unless P V sums it) its row sum in kSums partials.
+      constexpr int kSums = kRowSums ? 0 : kTree ? 4 : 1;
+      float row_sum[kSums > 0 ? kSums : 1] = {};
 #pragma unroll
       for (int j = 0; j < kS / 4; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const float p = cuda::fast_exp2(fmaf(s[acc_index(j, r, e)], scale_log2, -base));
           s[acc_index(j, r, e)] = p;
-          row_sum[(2 * j + e) % kSums] += p;
+          if constexpr (kSums > 0) row_sum[(2 * j + e) % kSums] += p;
         }
-      if constexpr (kTree) row_sum[0] = (row_sum[0] + row_sum[1]) + (row_sum[2] + row_sum[3]);
-      l[r] = alpha[r] * l[r] + row_sum[0];
+      if constexpr (kSums == 4) row_sum[0] = (row_sum[0] + row_sum[1]) + (row_sum[2] + row_sum[3]);
+      if constexpr (kSums > 0) l[r] = alpha[r] * l[r] + row_sum[0];
     }
   }
 
@@ -129,6 +133,13 @@ struct OnlineSoftmax {
     rescale(o, alpha);
   }
 
+  // kRowSums: each row's l, as P V summed it (o's ones columns, rescaled with o).
+  __device__ __forceinline__ void take_row_sums(float l0, float l1) {
+    static_assert(kRowSums, "l is the softmax's own");
+    l[0] = l0;
+    l[1] = l1;
+  }
+
   // Each row's 1 / l (O = o / l, applied by the epilogue as it stores o) and natural-log lse; 0 and
   // -inf for rows that saw no key. `scale` converts m to natural units (1 when the scores already
   // are final logits).
@@ -136,7 +147,7 @@ struct OnlineSoftmax {
   __device__ __forceinline__ void finalize(float scale, bool with_lse, float (&inv_l)[2], float (&lse)[2]) const {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const float sum = cuda::quad_sum(l[r]);
+      const float sum = kRowSums ? l[r] : cuda::quad_sum(l[r]);
       inv_l[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
       if (with_lse) lse[r] = sum > 0.0f ? m[r] * scale + logf(sum) : -INFINITY;
     }
