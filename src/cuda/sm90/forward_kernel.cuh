@@ -760,8 +760,8 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
         const Segment& part = info(opaque(progress.k())).segment;
         if (warp_uniform(part.part())) {
           const ConsumerThread t = consumer_thread();
-          if (!merge_split_parts<kTiles.consumers>(p, part.boundary, t.c, t.warp, t.lane,
-                                                   reinterpret_cast<float(&)[kO]>(o), softmax, score_scale_log2)) {
+          if (!merge_split_parts<kTiles.consumers, kO>(p, part.boundary, t.c, t.warp, t.lane, o, softmax,
+                                                       score_scale_log2)) {
             progress.next_item(part.walk_end - part.walk_begin);  // its tiles (every item sees all T)
             continue;
           }

@@ -41,13 +41,14 @@ struct SplitLayout {
   }
 };
 
-// One warp's hand-over of a part's state (o, and the softmax's m and l) for the split item at
-// `boundary`. Returns false for the first part to finish (its state stored, the other part will
+// One warp's hand-over of a part's state (o's first kO accumulators, the O columns, and the
+// softmax's m and l) for the split item at `boundary`. Returns false for the first part to finish (its state stored, the other part will
 // finish the item: store nothing), true for the second, whose o and softmax then hold the merged
 // state. scale_log2 converts m to exponent terms (softmax.cuh).
-template <int kConsumers, int kO, class Softmax>
+template <int kConsumers, int kO, int kAcc, class Softmax>
 __device__ __forceinline__ bool merge_split_parts(const ForwardKernelParams& p, int boundary, int c, int warp,
-                                                  int lane, float (&o)[kO], Softmax& softmax, float scale_log2) {
+                                                  int lane, float (&o)[kAcc], Softmax& softmax, float scale_log2) {
+  static_assert(kO <= kAcc, "o holds the O columns first");
   const int index = (boundary * kConsumers + c) * SplitLayout::kWarps + warp;
   int* counter = p.split_counters + index;
   float* slot = p.split_partials + static_cast<size_t>(index) * SplitLayout::floats_per_warp(2 * kO) + lane;
