@@ -3,16 +3,18 @@
 # for sm_80 and sm_90a (ptxas report: registers, spills), run the GPU tests (the sm80 kernels, the
 # CPU-vs-GPU comparison, the Hopper primitives), compute-sanitizer memcheck and racecheck on small
 # cases, the SASS instruction mix, the tensor cores' rate per wgmma shape (flashattn_wgmma_rate),
-# flashattn-bench --device cuda, then the forward and backward benchmark beside PyTorch SDPA's
-# backends, whose short table is printed last.
+# flashattn-bench --device cuda, the sm90 forward's timeline within a block (a build with
+# FLASHATTN_SM90_TIMELINE, d = 128 only: tools/gpu/timeline.py), then the forward and backward
+# benchmark beside PyTorch SDPA's backends, whose short table is printed last.
 #
 #   scripts/gpu_check.sh                      everything
-#   STEPS="build test" scripts/gpu_check.sh   some steps (build test sanitize sass rate gpubench split bench)
+#   STEPS="build test" scripts/gpu_check.sh   some steps (build test sanitize sass rate gpubench split timeline
+#                                             bench)
 #   BENCH_ARGS="--dims 128 --seqlens 8192"    passed to tools/gpu/bench_sdpa.py (default --backward --options)
 # Logs go to $OUT (or build/gpu-check) and the build to build/gpu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STEPS=${STEPS:-"build test sanitize sass rate gpubench split bench"}
+STEPS=${STEPS:-"build test sanitize sass rate gpubench split timeline bench"}
 LOGS=${OUT:-build/gpu-check}
 BUILD=build/gpu
 mkdir -p "$LOGS"
@@ -116,6 +118,17 @@ fi
 if has split; then
   step "the sm90 forward's split tail: with and without, shapes around wave boundaries and decode"
   PYTHONUNBUFFERED=1 python3 tools/gpu/split_tail.py --lib "$BUILD/tools/gpu/libflashattn_shim.so" 2>&1 | tee "$LOGS/split_tail.log"
+fi
+
+if has timeline; then
+  step "the sm90 forward's timeline within a block (d = 128, n = 4k and 16k, non-causal)"
+  cmake -S . -B build/gpu-timeline -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_HEAD_DIMS=128 \
+        -DFLASHATTN_CUDA_GENCODE=-gencode=arch=compute_90a,code=sm_90a -DFLASHATTN_BUILD_TESTS=OFF \
+        -DCMAKE_CUDA_FLAGS=-DFLASHATTN_SM90_TIMELINE > "$LOGS/timeline_configure.log"
+  cmake --build build/gpu-timeline -j "$(nproc)" --target flashattn_shim > "$LOGS/timeline_build.log" 2>&1 ||
+    { tail -20 "$LOGS/timeline_build.log"; exit 1; }
+  PYTHONUNBUFFERED=1 python3 tools/gpu/timeline.py --lib build/gpu-timeline/tools/gpu/libflashattn_shim.so \
+      --seqlens 4096,16384 2>&1 | tee "$LOGS/timeline.log"
 fi
 
 if has bench; then

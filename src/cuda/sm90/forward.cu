@@ -347,6 +347,12 @@ Status cuda_sm90_forward(const ForwardParams& p, void* workspace, void* stream) 
       return {StatusCode::kInternal, std::string("cuda sm90 forward: memset of the split counters failed: ") +
                                          cudaGetErrorString(e)};
   }
+#ifdef FLASHATTN_SM90_TIMELINE
+  // Timeline builds (timeline.cuh, tools/gpu/timeline.py): the device address of the stamps'
+  // buffer, timeline::kRecords 64-bit words, from the environment at every call.
+  if (const char* env = std::getenv("FLASHATTN_SM90_TIMELINE"); env != nullptr)
+    k.timeline = reinterpret_cast<uint64_t*>(static_cast<uintptr_t>(std::strtoull(env, nullptr, 0)));
+#endif
   if (const cudaError_t e = inst->launch(k, blocks, cu_stream); e != cudaSuccess)
     return {StatusCode::kInternal, std::string("cuda sm90 forward: launch failed: ") + cudaGetErrorString(e)};
   return {};

@@ -94,10 +94,12 @@
 #include "cuda/sm90/softmax.cuh"
 #include "cuda/sm90/split_tail.cuh"
 #include "cuda/sm90/tile_scheduler.cuh"
+#include "cuda/sm90/timeline.cuh"
 
 namespace flashattn::detail::sm90 {
 
 namespace hw = cuda::sm90;
+namespace tl = timeline;  // stamps of timeline builds only (timeline.cuh); nothing otherwise
 
 // Named barriers (0 is __syncthreads), one of each kind per consumer c: id kind + c.
 enum class NamedBarrier : int {
@@ -406,16 +408,18 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
       hw::tma_prefetch_descriptor(p.v_map);
       int g = 0;  // K/V tiles issued so far
       for (int k = 0;; ++k) {
+        tl::mark(p.timeline, k, tl::kSegment);
         const Segment segment = block_segment(p, k);
         const bool done = segment.item >= p.num_items;
         int h_kv = 0;  // the item's kv head, once per item (the loads below read it)
         // The item's tile i (key tile n_end - 1 - i) is the block's K/V tile g + i, into K's or V's
         // slot (tiles of one shape, KTile) once that slot's empty barrier passes.
         const auto load_tile = [&](const WorkTile& t, uint64_t(&full)[kStages], uint64_t(&empty)[kStages],
-                                   uint32_t slot_addr0, int slot_bytes, const CUtensorMap& map, int i) {
+                                   uint32_t slot_addr0, int slot_bytes, const CUtensorMap& map, int i, int event) {
           const int tile = g + i, slot = slot_of(tile);
           const int row = t.k_row0 + t.key_tile_start<kBlockN>(t.tiles.n_end - 1 - i);
           hw::mbarrier_wait(bar(empty[slot]), parity_of(tile) ^ 1);
+          tl::mark(p.timeline, k, tl::phase_slot(i, event));
           hw::mbarrier_arrive_expect_tx(bar(full[slot]), KTile::kBytes);
 #pragma unroll
           for (int cb = 0; cb < KTile::kColBlocks; ++cb)
@@ -426,7 +430,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
         if (!done) {
           const WorkTile w = work_tile<kBlockM, kBlockN>(p, segment);
           h_kv = w.h / p.group;
-          if (w.tiles.count() > 0) load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, 0);
+          if (w.tiles.count() > 0) load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, 0, tl::kKLoad);
         }
         // Round k's ItemInfo, into slot k % 4: its last round, k - 4, ended (epilogue included)
         // before the consumers passed q_empty's phase k - 3 (or later), which the producer waited for
@@ -452,20 +456,22 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
         // and the item's Q tile by TMA (none without key tiles, with pack-GQA, or when done).
         hw::mbarrier_wait(bar(bars.q_empty), static_cast<uint32_t>(k & 1) ^ 1);
         hw::mbarrier_arrive(bar(bars.item_full));
+        tl::mark(p.timeline, k, tl::kPublished);
         if (n_tiles > 0 && !p.pack_gqa) {
           hw::mbarrier_arrive_expect_tx(bar(bars.q_full), QTile::kBytes);
 #pragma unroll
           for (int cb = 0; cb < QTile::kColBlocks; ++cb)
             hw::tma_load(q_addr + QTile::col_block_offset(cb), p.q_map, bar(bars.q_full), hw::kSw128Cols * cb,
                          w.q_row0 + w.q_tile_row0, w.h, w.tma_batch);
+          tl::mark(p.timeline, k, tl::kQIssued);
         }
         if (done) break;
         // Then per tile i: K(i) (K(0) above), K(i + 1) ahead (kKAhead), V(i).
         for (int i = 0; i < n_tiles; ++i) {
-          if (i > 0 && !kKAhead) load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, i);
+          if (i > 0 && !kKAhead) load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, i, tl::kKLoad);
           if (kKAhead && i + 1 < n_tiles)
-            load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, i + 1);
-          load_tile(w, bars.v_full, bars.v_empty, v_addr0, kVSlotBytes, p.v_map, i);
+            load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, i + 1, tl::kKLoad);
+          load_tile(w, bars.v_full, bars.v_empty, v_addr0, kVSlotBytes, p.v_map, i, tl::kVLoad);
         }
         g += n_tiles;
       }
@@ -484,7 +490,9 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
   const auto release_q_loaded = [&] { hw::mbarrier_arrive(bar(bars.q_empty)); };
 
   for (;;) {
+    tl::mark(p.timeline, progress.k(), tl::kTop);
     hw::mbarrier_wait(bar(bars.item_full), progress.item_parity());
+    tl::mark(p.timeline, progress.k(), tl::kItem);
     const Info& item = info(progress.k());
     if (warp_uniform(item.segment.item) >= p.num_items) break;
     const WorkTile& w = item.w;
@@ -579,10 +587,12 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
         hw::named_barrier_sync(static_cast<int>(NamedBarrier::kConsumerEpilogue) + c, hw::kWarpgroupThreads);
       } else {
         hw::mbarrier_wait(bar(bars.q_full), progress.q_parity());
+        tl::mark(p.timeline, progress.k(), tl::kQFull);
       }
       if constexpr (kQRegs) {
         load_q_operand<kHeadDim, QTile>(qa, q_addr, warp_row0, lane);
         if (!p.pack_gqa) release_q_loaded();
+        tl::mark(p.timeline, progress.k(), tl::kQLoaded);
       }
 #pragma unroll
       for (int x = 0; x < kOAcc; ++x) o[x] = 0.0f;
@@ -656,11 +666,13 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
           wait_k(g_first);
           if (g_first > g_begin) wait_v(g_first - 1);
           turns.take(/*block_first_phase=*/g_first == g_begin && !progress.started());
+          tl::mark(p.timeline, progress.k(), tl::kFirstTake);
           // s: the whole tile, or a narrow S's half (which always masks: keys_hi lies inside it).
           const auto first_phase = [&](auto& s, bool mask) {
             score(s, g_first);
             turns.pass();
             hw::wgmma_wait<0>();
+            tl::mark(p.timeline, progress.k(), tl::kFirstWait);
             hw::wgmma_fence_operand(s);
             s_retired();
             release_k(g_first);
@@ -668,6 +680,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
             modify(s, g_first, mask);
             softmax.template update</*kFirst=*/true>(s, score_scale_log2, alpha);
             pack_p<T>(pa, s);
+            tl::mark(p.timeline, progress.k(), tl::kFirstSoft);
           };
           const auto narrow_first = [&] {
             if constexpr (kNarrowFirst) {
@@ -689,6 +702,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
             wait_k(g);
             wait_v(g - 1);
             turns.take(false);
+            tl::mark(p.timeline, progress.k(), tl::phase_slot(g - g_begin, tl::kTake));
             score(s, g);
             softmax.rescale(o, alpha);
             issue_pv(o, pa, g - 1, g - 1 == g_narrow);
@@ -697,6 +711,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
             // more than the overlap gains (docs/perf.md, 2026-12-02).
             if constexpr (kOverlap && std::is_same_v<decltype(mask), std::false_type>) {
               hw::wgmma_wait<1>();  // S(g) done; P(g-1) V(g-1) may still run
+              tl::mark(p.timeline, progress.k(), tl::phase_slot(g - g_begin, tl::kWait1));
               hw::wgmma_fence_operand(s);
               s_retired();
               release_k(g);
@@ -706,11 +721,13 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
               // here: ptxas would otherwise move it up to the top of the block, above them.
               if constexpr (kExpUnderPv) end_basic_block(g);
               hw::wgmma_wait<0>();
+              tl::mark(p.timeline, progress.k(), tl::phase_slot(g - g_begin, tl::kWait0));
               hw::wgmma_fence_operand(o);
               keep_alive(pa);
               release_v(g - 1);
             } else {
               hw::wgmma_wait<0>();
+              tl::mark(p.timeline, progress.k(), tl::phase_slot(g - g_begin, tl::kWait0));
               hw::wgmma_fence_operand(s);
               hw::wgmma_fence_operand(o);
               keep_alive(pa);
@@ -721,6 +738,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
               softmax.update(s, score_scale_log2, alpha);
             }
             pack_p<T>(pa, s);
+            tl::mark(p.timeline, progress.k(), tl::phase_slot(g - g_begin, tl::kPacked));
           };
           if constexpr (kOverlap) {
             // In runs of phases that all mask or all do not: masked up to u0, unmasked up to u1,
@@ -741,10 +759,12 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
           release_q();
           wait_v(g_end - 1);
           turns.take(false);
+          tl::mark(p.timeline, progress.k(), tl::kLastTake);
           softmax.rescale(o, alpha);
           issue_pv(o, pa, g_end - 1, g_end - 1 == g_narrow);
           turns.pass();
           hw::wgmma_wait<0>();
+          tl::mark(p.timeline, progress.k(), tl::kLastWait);
           hw::wgmma_fence_operand(o);
           keep_alive(pa);
           release_v(g_end - 1);
@@ -768,6 +788,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
         }
       }
       softmax.finalize(kSoftcap ? 1.0f : p.scale, p.maybe_lse != nullptr, inv_l, lse);
+      tl::mark(p.timeline, progress.k(), tl::kFinal);
     }
 
     // ---- Epilogue: O / l and lse -------------------------------------------------------------------
@@ -824,6 +845,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
         }
       }
     }
+    tl::mark(p.timeline, progress.k(), tl::kStored);
     progress.next_item(e.tiles.count());  // n_tiles, not kept in a register over the epilogue
   }
   const GemmTurns<kTiles.consumers, kTiles.pingpong> turns{consumer_thread().c};

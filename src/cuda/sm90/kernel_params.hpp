@@ -71,6 +71,10 @@ struct ForwardKernelParams {
 
   float softcap;          // > 0: x -> softcap tanh(x / softcap) on the scaled score (a kernel variant); 0: off
   float softcap_to_exp2;  // scale / softcap * 2 log2(e): the raw score's factor in ScoreMods::capped
+
+  // Timeline builds only (FLASHATTN_SM90_TIMELINE, timeline.cuh): where the kernel stamps its
+  // timeline; null (and unread) otherwise.
+  uint64_t* timeline;
 };
 
 }  // namespace flashattn::detail::sm90
