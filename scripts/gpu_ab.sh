@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# A/B of the sm90 forward on a GPU machine, in one process: the shims of a base commit (git archive of
+# BASE, default main) and of this working tree, built side by side for a few head dims, then
+# tools/gpu/compare_backward.py --forward sm90 times both beside cuDNN and flash, interleaved. With
+# TESTS=1 (the default) the working tree's *Sm90* GPU tests run first (cases of head dims not built
+# fail by design; the summary counts failures by head dim).
+#
+#   scripts/gpu_ab.sh                                  main against the working tree, d = 64 and 128
+#   BASE=f299770 HEAD_DIMS="128" DIMS=128 scripts/gpu_ab.sh
+#   SEQLENS=4096,8192 CAUSAL=no TESTS=0 scripts/gpu_ab.sh
+# Builds go to build/ab (base and tree) and build/ab-tests; the base's sources to build/ab-base-src.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BASE=${BASE:-main}
+HEAD_DIMS=${HEAD_DIMS:-"64;128"}
+DIMS=${DIMS:-${HEAD_DIMS//;/,}}
+SEQLENS=${SEQLENS:-2048,4096,8192,16384}
+CAUSAL=${CAUSAL:-both}
+TESTS=${TESTS:-1}
+GENCODE=-gencode=arch=compute_90a,code=sm_90a
+ROOT=$(pwd)
+
+nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,power.draw --format=csv,noheader || true
+rm -rf build/ab-base-src && mkdir -p build/ab-base-src build/ab
+git archive "$BASE" | tar -x -C build/ab-base-src
+echo "base: $BASE = $(git rev-parse --short "$BASE"); tree: $(git rev-parse --short HEAD) + working changes"
+
+configure() {  # source dir, build dir, extra cmake args...
+  local src=$1 dir=$2
+  shift 2
+  cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON \
+        -DFLASHATTN_CUDA_HEAD_DIMS="$HEAD_DIMS" -DFLASHATTN_CUDA_GENCODE=$GENCODE "$@" > "$dir.configure.log"
+}
+par=$(( $(nproc) / 3 > 0 ? $(nproc) / 3 : 1 ))
+t0=$(date +%s)
+pids=()
+( configure build/ab-base-src "$ROOT/build/ab/base" -DFLASHATTN_BUILD_TESTS=OFF &&
+  cmake --build "$ROOT/build/ab/base" -j "$par" --target flashattn_shim > "$ROOT/build/ab/base.log" 2>&1 ) & pids+=($!)
+( configure . "$ROOT/build/ab/tree" -DFLASHATTN_BUILD_TESTS=OFF &&
+  cmake --build "$ROOT/build/ab/tree" -j "$par" --target flashattn_shim > "$ROOT/build/ab/tree.log" 2>&1 ) & pids+=($!)
+if [[ $TESTS == 1 ]]; then
+  ( configure . "$ROOT/build/ab-tests" &&
+    cmake --build "$ROOT/build/ab-tests" -j "$par" --target flashattn_cuda_tests > "$ROOT/build/ab-tests.log" 2>&1 ) &
+  pids+=($!)
+fi
+failed=0
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+if [[ $failed == 1 ]]; then
+  for log in build/ab/base.log build/ab/tree.log build/ab-tests.log; do [[ -f $log ]] && tail -20 "$log"; done
+  echo "a build failed"; exit 1
+fi
+echo "[time] builds: $(( $(date +%s) - t0 )) s"
+grep -h "spill" build/ab/tree.log | sort | uniq -c || true
+
+if [[ $TESTS == 1 ]]; then
+  build/ab-tests/tests/cuda/flashattn_cuda_tests --gtest_filter='*Sm90*' > build/ab-tests.run.log 2>&1 || true
+  grep -E "^\[  PASSED|tests ran" build/ab-tests.run.log || true
+  echo "failed, by head dim (dims not built fail by design: built $HEAD_DIMS):"
+  grep -E "^\[  FAILED  \]" build/ab-tests.run.log | grep -oE "_d[0-9]+" | sort | uniq -c || true
+fi
+
+PYTHONUNBUFFERED=1 python3 tools/gpu/compare_backward.py --forward sm90 --causal "$CAUSAL" --dims "$DIMS" \
+    --seqlens "$SEQLENS" --lib base=build/ab/base/tools/gpu/libflashattn_shim.so \
+    --lib tree=build/ab/tree/tools/gpu/libflashattn_shim.so
