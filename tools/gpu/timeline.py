@@ -6,7 +6,7 @@ and each consumer warpgroup. This tool runs the benchmark's shape (16k tokens, h
 a warm-up, then reads one call's stamps and prints, in cycles of the SM clock (medians over the traced
 blocks and rounds):
   - each consumer's steady phase: turn to turn (P, two consumers' GEMMs), and from its turn to S done,
-    to P V done, to P packed;
+    to the softmax's end (the kWait0 stamp: ptxas places the P V wait above the softmax), to P packed;
   - an item's boundary: every event from consumer c's last full phase (the turn of phase N-1) to the
     next item's phase 1, and the excess of that span over 2 P (phase N's P V and phase 0's S are one
     phase's tensor work), which is what an item costs beyond its tiles;
@@ -95,7 +95,7 @@ def main():
                         to_pv.append(d_(take, ph(blk, role, r, i, ev["kWait0"])))
                         to_p.append(d_(take, ph(blk, role, r, i, ev["kPacked"])))
             print(f"consumer {role - 1} steady phase: turn to turn P = {median(period)}, turn -> S done "
-                  f"{median(to_s)}, -> P V done {median(to_pv)}, -> P packed {median(to_p)}")
+                  f"{median(to_s)}, -> softmax done (kWait0) {median(to_pv)}, -> P packed {median(to_p)}")
         # The steady phase's inputs: consumer 1's turn after consumer 0's, and the producer's issue of the
         # tiles phase i reads (K(i) for S(i), V(i-1) for P(i-1) V(i-1)) before consumer 0's turn.
         c1_after, k_ahead, v_ahead = [], [], []

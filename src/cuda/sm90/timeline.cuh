@@ -39,7 +39,9 @@ enum Header : int {
 enum Phase : int {
   kTake = 0,    // the turn taken (S(i) and P(i-1) V(i-1) about to issue)
   kWait1 = 1,   // S(i) done (wait<1>, or wait<0> in masked phases)
-  kWait0 = 2,   // P(i-1) V(i-1) done
+  kWait0 = 2,   // after wgmma_wait<0> in the source; without exp_under_pv ptxas hoists that wait above
+                // the softmax of S(i) and this stamp stays after its exponentials (SASS, d = 128):
+                // it reads the softmax's end
   kPacked = 3,  // softmax of S(i) and P(i) done
   // Producer: tile i's loads issued (after their empty waits)
   kKLoad = 0,
