@@ -8,7 +8,10 @@
 #   scripts/gpu_ab.sh                                  main against the working tree, d = 64 and 128
 #   BASE=f299770 HEAD_DIMS="128" DIMS=128 scripts/gpu_ab.sh
 #   SEQLENS=4096,8192 CAUSAL=no TESTS=0 scripts/gpu_ab.sh
-# Builds go to build/ab (base and tree) and build/ab-tests; the base's sources to build/ab-base-src.
+#   REFS="k-ahead exp2-poly" scripts/gpu_ab.sh         more commits (branches) timed in the same process,
+#                                                      as columns r1, r2, ...
+# Builds go to build/ab (base, tree and each ref) and build/ab-tests; the commits' sources to
+# build/ab-src.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BASE=${BASE:-main}
@@ -17,13 +20,22 @@ DIMS=${DIMS:-${HEAD_DIMS//;/,}}
 SEQLENS=${SEQLENS:-2048,4096,8192,16384}
 CAUSAL=${CAUSAL:-both}
 TESTS=${TESTS:-1}
+REFS=${REFS:-}
 GENCODE=-gencode=arch=compute_90a,code=sm_90a
 ROOT=$(pwd)
 
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,power.draw --format=csv,noheader || true
-rm -rf build/ab-base-src && mkdir -p build/ab-base-src build/ab
-git archive "$BASE" | tar -x -C build/ab-base-src
+rm -rf build/ab-src && mkdir -p build/ab-src/base build/ab
+git archive "$BASE" | tar -x -C build/ab-src/base
 echo "base: $BASE = $(git rev-parse --short "$BASE"); tree: $(git rev-parse --short HEAD) + working changes"
+names=(base)  # the refs' columns are r1, r2, ... (the table's columns are 7 characters wide)
+i=0
+for ref in $REFS; do
+  i=$((i + 1))
+  mkdir -p "build/ab-src/r$i" && git archive "$ref" | tar -x -C "build/ab-src/r$i"
+  names+=("r$i")
+  echo "r$i: $ref = $(git rev-parse --short "$ref")"
+done
 
 configure() {  # source dir, build dir, extra cmake args...
   local src=$1 dir=$2
@@ -31,11 +43,18 @@ configure() {  # source dir, build dir, extra cmake args...
   cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON \
         -DFLASHATTN_CUDA_HEAD_DIMS="$HEAD_DIMS" -DFLASHATTN_CUDA_GENCODE=$GENCODE "$@" > "$dir.configure.log"
 }
-par=$(( $(nproc) / 3 > 0 ? $(nproc) / 3 : 1 ))
+builds=$(( 1 + ${#names[@]} + TESTS ))
+par=$(( $(nproc) / builds > 0 ? $(nproc) / builds : 1 ))
 t0=$(date +%s)
 pids=()
-( configure build/ab-base-src "$ROOT/build/ab/base" -DFLASHATTN_BUILD_TESTS=OFF &&
-  cmake --build "$ROOT/build/ab/base" -j "$par" --target flashattn_shim > "$ROOT/build/ab/base.log" 2>&1 ) & pids+=($!)
+libs=(--lib "base=build/ab/base/tools/gpu/libflashattn_shim.so")
+for name in "${names[@]}"; do
+  ( configure "build/ab-src/$name" "$ROOT/build/ab/$name" -DFLASHATTN_BUILD_TESTS=OFF &&
+    cmake --build "$ROOT/build/ab/$name" -j "$par" --target flashattn_shim > "$ROOT/build/ab/$name.log" 2>&1 ) &
+  pids+=($!)
+  [[ $name == base ]] || libs+=(--lib "$name=build/ab/$name/tools/gpu/libflashattn_shim.so")
+done
+libs+=(--lib "tree=build/ab/tree/tools/gpu/libflashattn_shim.so")
 ( configure . "$ROOT/build/ab/tree" -DFLASHATTN_BUILD_TESTS=OFF &&
   cmake --build "$ROOT/build/ab/tree" -j "$par" --target flashattn_shim > "$ROOT/build/ab/tree.log" 2>&1 ) & pids+=($!)
 if [[ $TESTS == 1 ]]; then
@@ -46,7 +65,7 @@ fi
 failed=0
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
 if [[ $failed == 1 ]]; then
-  for log in build/ab/base.log build/ab/tree.log build/ab-tests.log; do [[ -f $log ]] && tail -20 "$log"; done
+  for log in build/ab/*.log build/ab-tests.log; do [[ -f $log ]] && tail -20 "$log"; done
   echo "a build failed"; exit 1
 fi
 echo "[time] builds: $(( $(date +%s) - t0 )) s"
@@ -60,5 +79,4 @@ if [[ $TESTS == 1 ]]; then
 fi
 
 PYTHONUNBUFFERED=1 python3 tools/gpu/compare_backward.py --forward sm90 --causal "$CAUSAL" --dims "$DIMS" \
-    --seqlens "$SEQLENS" --lib base=build/ab/base/tools/gpu/libflashattn_shim.so \
-    --lib tree=build/ab/tree/tools/gpu/libflashattn_shim.so
+    --seqlens "$SEQLENS" "${libs[@]}"
