@@ -84,7 +84,7 @@ def main():
             return None if a is None or b_ is None else b_ - a
 
         for role in (1, 2):
-            period, to_s, to_pv, to_p = [], [], [], []
+            period, to_s, to_pv, to_p, passed, k_ready, v_ready, turn_wait = ([] for _ in range(8))
             for blk in range(blocks):
                 for r in range(rounds):
                     N = n_phases(blk, role, r)
@@ -94,8 +94,17 @@ def main():
                         to_s.append(d_(take, ph(blk, role, r, i, ev["kWait1"])))
                         to_pv.append(d_(take, ph(blk, role, r, i, ev["kWait0"])))
                         to_p.append(d_(take, ph(blk, role, r, i, ev["kPacked"])))
-            print(f"consumer {role - 1} steady phase: turn to turn P = {median(period)}, turn -> S done "
-                  f"{median(to_s)}, -> softmax done (kWait0) {median(to_pv)}, -> P packed {median(to_p)}")
+                        passed.append(d_(take, ph(blk, role, r, i, ev["kPassed"])))
+                        # From the previous phase's P packed: K(i) and V(i-1) waited for, then the turn.
+                        packed_prev = ph(blk, role, r, i - 1, ev["kPacked"])
+                        k_ready.append(d_(packed_prev, ph(blk, role, r, i, ev["kKReady"])))
+                        v_ready.append(d_(packed_prev, ph(blk, role, r, i, ev["kVReady"])))
+                        turn_wait.append(d_(packed_prev, take))
+            print(f"consumer {role - 1} steady phase: turn to turn P = {median(period)}, turn -> GEMMs issued "
+                  f"(turn passed) {median(passed)}, -> S done {median(to_s)}, -> softmax done (kWait0) {median(to_pv)}, "
+                  f"-> P packed {median(to_p)}")
+            print(f"  from the previous P packed: K(i) landed {median(k_ready)}, V(i-1) {median(v_ready)}, "
+                  f"turn taken {median(turn_wait)}")
         # The steady phase's inputs: consumer 1's turn after consumer 0's, and the producer's issue of the
         # tiles phase i reads (K(i) for S(i), V(i-1) for P(i-1) V(i-1)) before consumer 0's turn.
         c1_after, k_ahead, v_ahead = [], [], []

@@ -10,7 +10,7 @@
 //       done (its last P V and epilogue still to run), or with Q in registers (policy
 //       q_in_registers) once they have loaded it at the item's start. Order:
 //       K(0), Q, V(0), K(1), V(1), ...; with the policy's exp_under_pv K(0), Q, K(1), V(0), K(2),
-//       V(1), ... (K(i + 1) before V(i), kKAhead below).
+//       V(1), ... (K(i + 1) before V(i), kKAhead below; also the policy's k_ahead alone).
 //   consumer warpgroup c (C of them, 64 rows each):  per tile, S = Q Kᵀ (wgmma from shared memory),
 //       release K, mask, online softmax in registers on the accumulator layout, O += P V with P
 //       from registers (wgmma_rs, V read MN-major; with the policy's row_sums_by_pv over V's d
@@ -343,13 +343,14 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
   constexpr int kOAcc = kO + (kRowSums ? 4 : 0);
   constexpr int kPSteps = kBlockN / 16;
   constexpr bool kOverlap = kTiles.overlap;  // a scalar: the generic lambda below cannot read kTiles
+  constexpr int kPolyShare = kTiles.exp2_poly_share;  // unmasked phases' exponentials on the FMA pipe
   // A slice's first tile may be a narrow S, its first Bc / 2 keys (policy.hpp: narrow_first).
   constexpr bool kNarrowFirst = kTiles.narrow_first;
-  // With exp_under_pv the producer issues K(i + 1) before V(i) (FlashAttention-3's order): K(i + 1)'s
-  // slot frees when S(i - 1) is done, V(i)'s when P(i - 2) V(i - 2) is, which is then after the
-  // softmax of S(i - 1); issued first, K(i + 1) no longer queues behind V(i).
+  // With k_ahead (and exp_under_pv) the producer issues K(i + 1) before V(i) (FlashAttention-3's
+  // order): K(i + 1)'s slot frees when S(i - 1) is done, V(i)'s when P(i - 2) V(i - 2) is (with
+  // exp_under_pv after the softmax of S(i - 1)); issued first, K(i + 1) no longer queues behind V(i).
   constexpr bool kExpUnderPv = kTiles.exp_under_pv;
-  constexpr bool kKAhead = kExpUnderPv;
+  constexpr bool kKAhead = kTiles.k_ahead;
   using Softmax = OnlineSoftmax<kTiles.tree_reductions, kTiles.lazy_rescale, kRowSums>;
   // Q from registers: loaded once per item, after which the Q tile is free for the next item's load.
   constexpr bool kQRegs = kTiles.q_in_registers;
@@ -700,13 +701,16 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
           const auto phase = [&](int g, auto mask) {
             float s[kS];
             wait_k(g);
+            tl::mark(p.timeline, progress.k(), tl::phase_slot(g - g_begin, tl::kKReady));
             wait_v(g - 1);
+            tl::mark(p.timeline, progress.k(), tl::phase_slot(g - g_begin, tl::kVReady));
             turns.take(false);
             tl::mark(p.timeline, progress.k(), tl::phase_slot(g - g_begin, tl::kTake));
             score(s, g);
             softmax.rescale(o, alpha);
             issue_pv(o, pa, g - 1, g - 1 == g_narrow);
             turns.pass();
+            tl::mark(p.timeline, progress.k(), tl::phase_slot(g - g_begin, tl::kPassed));
             // Masked phases wait for both GEMMs: the mask's registers on top of a second S tile cost
             // more than the overlap gains (docs/perf.md, 2026-12-02).
             if constexpr (kOverlap && std::is_same_v<decltype(mask), std::false_type>) {
@@ -716,7 +720,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
               s_retired();
               release_k(g);
               modify(s, g, mask);
-              softmax.update(s, score_scale_log2, alpha);
+              softmax.template update</*kFirst=*/false, kPolyShare>(s, score_scale_log2, alpha);
               // The row maxima and exponentials run under P(g-1) V(g-1) only if the wait stays
               // here: ptxas would otherwise move it up to the top of the block, above them.
               if constexpr (kExpUnderPv) end_basic_block(g);

@@ -36,6 +36,9 @@ struct ForwardTiles {
                            // (forward_kernel.cuh, end_basic_block), and the producer's K(j+1)
                            // issued before V(j); false: ptxas places that wait before the
                            // exponentials, and V(j-1) frees earlier
+  bool k_ahead;            // the producer issues K(j+1) before V(j) (exp_under_pv implies it), so that
+                           // K(j+1), whose slot frees when S(j-1) is done, does not queue behind V(j),
+                           // whose slot frees when P(j-2) V(j-2) is
   bool narrow_first;       // a consumer whose 64 rows see none of the last Bc / 2 keys of its first
                            // tile (a causal diagonal ending at a half tile) computes that tile as a
                            // 64 x Bc / 2 S and a half P V (forward_kernel.cuh); Bc % 128 == 0
@@ -49,6 +52,8 @@ struct ForwardTiles {
   bool row_sums_by_pv;     // the tensor cores sum P's rows: P V runs over V's d columns and 8 more
                            // of ones (a constant block after each V slot), so l accumulates in o's
                            // last 4 registers and the softmax adds nothing (forward_kernel.cuh)
+  int exp2_poly_share;     // > 0: in the tiles every row sees whole, one in this many 8-column blocks
+                           // takes its exponentials on the FMA pipe (softmax.cuh); 0: all on the SFU
   Persistence persistent;
 
   static constexpr int kWarpgroupThreads = 128;
@@ -112,18 +117,31 @@ struct ForwardTiles {
 // d = 128 +0.9 to +2.2% non-causal, +0.8 to +1.1% causal; d = 64 -0.3 to +2.2%; d = 192 -0.1 to
 // -1.3%: on at d = 64 and 128. Not possible at d = 96 (the ones would fall inside the padded second
 // column block, which TMA fills with zeros) or d = 256 (N = 264 > 256).
+// k_ahead (alone, without exp_under_pv) and exp2_poly_share: off everywhere, not yet measured; built
+// for the steady phase's idle time that tools/gpu/timeline.py reads (docs/perf.md, 2026-12-04: "The
+// item's edge on a timeline"). The third prepared there is exp_under_pv with 3 stages and row sums
+// off at d = 128 (225 KB).
 constexpr ForwardTiles forward_tiles(int head_dim) {
   switch (head_dim) {
-    //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv narrow_first tree lazy q_regs
-    //               row_sums_by_pv persistent
-    case 64: return {64, 3, 128, 2, 32, 160, true, false, false, true, false, true, false, true, Persistence::kAlways};
-    case 96: return {96, 2, 128, 2, 40, 232, true, true, false, false, true, true, true, false, Persistence::kAlways};
-    case 128: return {128, 2, 128, 2, 40, 232, true, true, false, false, true, true, true, true, Persistence::kAlways};
-    case 192: return {192, 2, 96, 2, 40, 232, true, true, false, false, true, true, false, false, Persistence::kAlways};
+    //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv k_ahead narrow_first
+    //               tree lazy q_regs row_sums_by_pv exp2_poly_share persistent
+    case 64:
+      return {64, 3, 128, 2, 32, 160, true, false, false, false, true, false, true, false, true, 0,
+              Persistence::kAlways};
+    case 96:
+      return {96, 2, 128, 2, 40, 232, true, true, false, false, false, true, true, true, false, 0,
+              Persistence::kAlways};
+    case 128:
+      return {128, 2, 128, 2, 40, 232, true, true, false, false, false, true, true, true, true, 0,
+              Persistence::kAlways};
+    case 192:
+      return {192, 2, 96, 2, 40, 232, true, true, false, false, false, true, true, false, false, 0,
+              Persistence::kAlways};
     case 256:
-      return {256, 2, 80, 2, 24, 240, false, true, false, false, true, true, false, false, Persistence::kAlways};
+      return {256, 2, 80, 2, 24, 240, false, true, false, false, false, true, true, false, false, 0,
+              Persistence::kAlways};
     default:
-      return {0, 0, 0, 0, 0, 0, false, false, false, false, false, false, false, false, Persistence::kNever};
+      return {0, 0, 0, 0, 0, 0, false, false, false, false, false, false, false, false, false, 0, Persistence::kNever};
   }
 }
 
@@ -156,7 +174,10 @@ struct ForwardPolicy {
   static_assert(kTiles.stages >= 2, "the K/V pipeline needs two stages to overlap loads with compute");
   static_assert(kTiles.stages <= 4, "the consumers keep the tile count modulo 2 stages in 3 bits");
   static_assert(!kTiles.exp_under_pv || kTiles.overlap, "exp_under_pv is a variant of the overlap schedule");
-  static_assert(!kTiles.narrow_first || kTiles.block_n % 128 == 0, "a narrow S is a wgmma of N = Bc / 2, 64 keys a step");
+  static_assert(!kTiles.exp_under_pv || kTiles.k_ahead, "exp_under_pv issues K(j+1) before V(j)");
+  static_assert(!kTiles.narrow_first || kTiles.block_n % 128 == 0,
+                "a narrow S is a wgmma of N = Bc / 2, 64 keys a step");
+  static_assert(kTiles.exp2_poly_share >= 0, "a share of 1 in exp2_poly_share blocks, or 0 for none");
   static_assert(kTiles.smem_bytes() <= kMaxSmemBytes, "shared memory per block");
   static_assert(!kTiles.row_sums_by_pv || kHeadDim % 64 == 0, "P V's ones columns start a column block of their own");
   static_assert(kTiles.producer_registers + kTiles.consumers * kTiles.consumer_registers <=

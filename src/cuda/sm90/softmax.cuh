@@ -65,7 +65,11 @@ struct OnlineSoftmax {
   // Turns the scores s of one K tile into unnormalised P (in place); alpha receives each row's
   // rescaling factor, by which o must be multiplied before P V is added to it. kFirst: the first
   // tile since init(), where o is still 0: kLazy then skips the vote, and o's rescale (alpha = 0).
-  template <bool kFirst = false, int kS>
+  // kPolyShare > 0 (policy exp2_poly_share, tiles every row sees whole: every score finite and the
+  // row's l >= 1 after this tile, so exp2_poly3's floor of 2^-125 is far below l's ulp): of every
+  // kPolyShare 8-column blocks, the last one's exponentials on the FMA pipe (cuda::exp2_poly3), the
+  // others on the special-function unit.
+  template <bool kFirst = false, int kPolyShare = 0, int kS>
   __device__ __forceinline__ void update(float (&s)[kS], float scale_log2, float (&alpha)[2]) {
     float m_new[2];
 #pragma unroll
@@ -103,7 +107,8 @@ struct OnlineSoftmax {
       for (int j = 0; j < kS / 4; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float p = cuda::fast_exp2(fmaf(s[acc_index(j, r, e)], scale_log2, -base));
+          const float x = fmaf(s[acc_index(j, r, e)], scale_log2, -base);
+          const float p = kPolyShare > 0 && j % kPolyShare == kPolyShare - 1 ? cuda::exp2_poly3(x) : cuda::fast_exp2(x);
           s[acc_index(j, r, e)] = p;
           if constexpr (kSums > 0) row_sum[(2 * j + e) % kSums] += p;
         }

@@ -4,7 +4,7 @@
 // producer's, and thread 0 of each consumer warpgroup). Without the macro mark() is empty and the
 // kernel's code is unchanged. Record (block, role, round, slot) at
 //   ((block kRoles + role) kRounds + round) kRoundSlots + slot,
-// slot = a Header event, or kHeader + 4 phase + a Phase event (phase = the item's tile index; for the
+// slot = a Header event, or kHeader + kPerPhase phase + a Phase event (phase = the item's tile index; for the
 // producer, tile i's loads).
 #pragma once
 
@@ -13,7 +13,7 @@
 
 namespace flashattn::detail::sm90::timeline {
 
-inline constexpr int kBlocks = 8, kRoles = 3, kRounds = 24, kHeader = 16, kPhases = 136, kPerPhase = 4;
+inline constexpr int kBlocks = 8, kRoles = 3, kRounds = 24, kHeader = 16, kPhases = 136, kPerPhase = 7;
 inline constexpr int kRoundSlots = kHeader + kPhases * kPerPhase;
 inline constexpr size_t kRecords = size_t{kBlocks} * kRoles * kRounds * kRoundSlots;
 
@@ -43,6 +43,9 @@ enum Phase : int {
                 // the softmax of S(i) and this stamp stays after its exponentials (SASS, d = 128):
                 // it reads the softmax's end
   kPacked = 3,  // softmax of S(i) and P(i) done
+  kKReady = 4,  // K(i) landed (its full barrier passed), before the turn
+  kVReady = 5,  // V(i-1) landed, before the turn
+  kPassed = 6,  // S(i) and P(i-1) V(i-1) issued, the turn passed on
   // Producer: tile i's loads issued (after their empty waits)
   kKLoad = 0,
   kVLoad = 1,
