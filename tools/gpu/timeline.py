@@ -101,8 +101,8 @@ def main():
                         v_ready.append(d_(packed_prev, ph(blk, role, r, i, ev["kVReady"])))
                         turn_wait.append(d_(packed_prev, take))
             print(f"consumer {role - 1} steady phase: turn to turn P = {median(period)}, turn -> GEMMs issued "
-                  f"(turn passed) {median(passed)}, -> S done {median(to_s)}, -> softmax done (kWait0) {median(to_pv)}, "
-                  f"-> P packed {median(to_p)}")
+                  f"(turn passed) {median(passed)}, -> S done {median(to_s)}, "
+                  f"-> softmax done (kWait0) {median(to_pv)}, -> P packed {median(to_p)}")
             print(f"  from the previous P packed: K(i) landed {median(k_ready)}, V(i-1) {median(v_ready)}, "
                   f"turn taken {median(turn_wait)}")
         # The steady phase's inputs: consumer 1's turn after consumer 0's, and the producer's issue of the

@@ -108,7 +108,9 @@ struct OnlineSoftmax {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const float x = fmaf(s[acc_index(j, r, e)], scale_log2, -base);
-          const float p = kPolyShare > 0 && j % kPolyShare == kPolyShare - 1 ? cuda::exp2_poly3(x) : cuda::fast_exp2(x);
+          constexpr int kEvery = kPolyShare > 0 ? kPolyShare : 1;  // (no % 0 where the share is off)
+          const bool on_fma = kPolyShare > 0 && j % kEvery == kEvery - 1;
+          const float p = on_fma ? cuda::exp2_poly3(x) : cuda::fast_exp2(x);
           s[acc_index(j, r, e)] = p;
           if constexpr (kSums > 0) row_sum[(2 * j + e) % kSums] += p;
         }
