@@ -521,6 +521,10 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
     // The parts of one tile, by its K/V tile number g of the block: the item's tiles are g_begin ..
     // g_end - 1, g holding key tile n = n_top - g (the walk goes from the last visible one down).
     const int g_begin = progress.tiles(), g_end = g_begin + n_tiles, n_top = warp_uniform(w.tiles.n_end) - 1 + g_begin;
+    // Timeline builds: event (timeline.cuh's Phase) of tile g's phase.
+    const auto mark_phase = [&](int g, int event) {
+      tl::mark(p.timeline, progress.k(), tl::phase_slot(g - g_begin, event));
+    };
     // This consumer's own rows (its 64-row slice, those of the item) decide what it computes: the
     // walk's first tiles, which lie above the slice's diagonal (the causal band of a 192-row tile
     // spans 2-3 key tiles, a 64-row slice's 1-2) or past its rows' right window edge, it skips:
@@ -701,21 +705,21 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
           const auto phase = [&](int g, auto mask) {
             float s[kS];
             wait_k(g);
-            tl::mark(p.timeline, progress.k(), tl::phase_slot(g - g_begin, tl::kKReady));
+            mark_phase(g, tl::kKReady);
             wait_v(g - 1);
-            tl::mark(p.timeline, progress.k(), tl::phase_slot(g - g_begin, tl::kVReady));
+            mark_phase(g, tl::kVReady);
             turns.take(false);
-            tl::mark(p.timeline, progress.k(), tl::phase_slot(g - g_begin, tl::kTake));
+            mark_phase(g, tl::kTake);
             score(s, g);
             softmax.rescale(o, alpha);
             issue_pv(o, pa, g - 1, g - 1 == g_narrow);
             turns.pass();
-            tl::mark(p.timeline, progress.k(), tl::phase_slot(g - g_begin, tl::kPassed));
+            mark_phase(g, tl::kPassed);
             // Masked phases wait for both GEMMs: the mask's registers on top of a second S tile cost
             // more than the overlap gains (docs/perf.md, 2026-12-02).
             if constexpr (kOverlap && std::is_same_v<decltype(mask), std::false_type>) {
               hw::wgmma_wait<1>();  // S(g) done; P(g-1) V(g-1) may still run
-              tl::mark(p.timeline, progress.k(), tl::phase_slot(g - g_begin, tl::kWait1));
+              mark_phase(g, tl::kWait1);
               hw::wgmma_fence_operand(s);
               s_retired();
               release_k(g);
@@ -725,13 +729,13 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
               // here: ptxas would otherwise move it up to the top of the block, above them.
               if constexpr (kExpUnderPv) end_basic_block(g);
               hw::wgmma_wait<0>();
-              tl::mark(p.timeline, progress.k(), tl::phase_slot(g - g_begin, tl::kWait0));
+              mark_phase(g, tl::kWait0);
               hw::wgmma_fence_operand(o);
               keep_alive(pa);
               release_v(g - 1);
             } else {
               hw::wgmma_wait<0>();
-              tl::mark(p.timeline, progress.k(), tl::phase_slot(g - g_begin, tl::kWait0));
+              mark_phase(g, tl::kWait0);
               hw::wgmma_fence_operand(s);
               hw::wgmma_fence_operand(o);
               keep_alive(pa);
@@ -742,7 +746,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
               softmax.update(s, score_scale_log2, alpha);
             }
             pack_p<T>(pa, s);
-            tl::mark(p.timeline, progress.k(), tl::phase_slot(g - g_begin, tl::kPacked));
+            mark_phase(g, tl::kPacked);
           };
           if constexpr (kOverlap) {
             // In runs of phases that all mask or all do not: masked up to u0, unmasked up to u1,
