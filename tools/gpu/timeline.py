@@ -76,13 +76,20 @@ def main():
         def ph(blk, role, r, i, e):
             return stamp(blk, role, r, header + per_phase * i + e) if i < phases else None
 
-        def n_phases(blk, role, r):  # N: the last phase index with a turn stamp, + 1
+        def last_phase(blk, role, r):  # N: the last phase index with a turn stamp, + 1
             idx = [i for i in range(1, phases) if ph(blk, role, r, i, ev["kTake"]) is not None]
             return max(idx) + 1 if idx else 0
+
+        n_of = {(blk, role, r): last_phase(blk, role, r) for blk in range(blocks) for role in (1, 2)
+                for r in range(rounds)}
+
+        def n_phases(blk, role, r):
+            return n_of[(blk, role, r)]
 
         def d_(a, b_):
             return None if a is None or b_ is None else b_ - a
 
+        periods = {}  # each consumer's steady turn-to-turn median
         for role in (1, 2):
             period, to_s, to_pv, to_p, passed, k_ready, v_ready, turn_wait = ([] for _ in range(8))
             for blk in range(blocks):
@@ -100,7 +107,8 @@ def main():
                         k_ready.append(d_(packed_prev, ph(blk, role, r, i, ev["kKReady"])))
                         v_ready.append(d_(packed_prev, ph(blk, role, r, i, ev["kVReady"])))
                         turn_wait.append(d_(packed_prev, take))
-            print(f"consumer {role - 1} steady phase: turn to turn P = {median(period)}, turn -> GEMMs issued "
+            periods[role] = median(period)
+            print(f"consumer {role - 1} steady phase: turn to turn P = {periods[role]}, turn -> GEMMs issued "
                   f"(turn passed) {median(passed)}, -> S done {median(to_s)}, "
                   f"-> softmax done (kWait0) {median(to_pv)}, -> P packed {median(to_p)}")
             print(f"  from the previous P packed: K(i) landed {median(k_ready)}, V(i-1) {median(v_ready)}, "
@@ -117,8 +125,7 @@ def main():
                     v_ahead.append(d_(ph(blk, 0, r, i - 1, ev["kVLoad"]), take))
         print(f"steady phase i: consumer 1's turn {median(c1_after)} after consumer 0's; K(i) issued "
               f"{median(k_ahead)} and V(i-1) {median(v_ahead)} before consumer 0's turn")
-        P = median([d_(ph(blk, 1, r, i, ev["kTake"]), ph(blk, 1, r, i + 1, ev["kTake"]))
-                    for blk in range(blocks) for r in range(rounds) for i in range(2, n_phases(blk, 1, r) - 1)])
+        P = periods[1]
         names = ["kLastTake", "kLastWait", "kFinal", "kStored", "kTop", "kItem", "kQFull", "kQLoaded", "kFirstTake",
                  "kFirstWait", "kFirstSoft"]
         print(f"item boundary, from consumer c's turn of phase N-1 (0 below), round k -> k + 1 (k + 1's events "
@@ -151,16 +158,11 @@ def main():
             print(f"  {name.lstrip('k') + mark:>12} " + " ".join(f"{median(by_role.get(role, [])) or 0:>11.0f}"
                                                               for role in (1, 2)))
         for role in (1, 2):
-            spans = []
-            for blk in range(blocks):
-                for r in range(rounds - 1):
-                    N, N1 = n_phases(blk, role, r), n_phases(blk, role, r + 1)
-                    if N >= 3 and N1 >= 2:
-                        spans.append(d_(ph(blk, role, r, N - 1, ev["kTake"]), ph(blk, role, r + 1, 1, ev["kTake"])))
+            spans = rows[("phase 1 turn", "'")][role]  # the boundary's span: phase N-1's turn to phase 1's
             m = median(spans)
             print(f"consumer {role - 1}: boundary span {m}, excess over 2 P: {None if m is None else m - 2 * P} "
                   f"({len([s for s in spans if s is not None])} boundaries)")
-        # The block's start and end: the producer's first stamp to consumer 0's first turn of phase 1.
+        # The block's start: the producer's first stamp to consumer 0's first turn of phase 1.
         starts = [d_(stamp(blk, 0, 0, ev["kSegment"]), ph(blk, 1, 0, 1, ev["kTake"])) for blk in range(blocks)]
         print(f"ramp: producer's start -> consumer 0's phase 1 turn of round 0: {median(starts)}")
 
