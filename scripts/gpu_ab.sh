@@ -47,16 +47,15 @@ builds=$(( 1 + ${#names[@]} + TESTS ))
 par=$(( $(nproc) / builds > 0 ? $(nproc) / builds : 1 ))
 t0=$(date +%s)
 pids=()
-libs=(--lib "base=build/ab/base/tools/gpu/libflashattn_shim.so")
-for name in "${names[@]}"; do
-  ( configure "build/ab-src/$name" "$ROOT/build/ab/$name" -DFLASHATTN_BUILD_TESTS=OFF &&
+libs=()
+for name in "${names[@]}" tree; do  # each shim, in the table's column order (the tree's from this checkout)
+  src=build/ab-src/$name
+  [[ $name == tree ]] && src=.
+  ( configure "$src" "$ROOT/build/ab/$name" -DFLASHATTN_BUILD_TESTS=OFF &&
     cmake --build "$ROOT/build/ab/$name" -j "$par" --target flashattn_shim > "$ROOT/build/ab/$name.log" 2>&1 ) &
   pids+=($!)
-  [[ $name == base ]] || libs+=(--lib "$name=build/ab/$name/tools/gpu/libflashattn_shim.so")
+  libs+=(--lib "$name=build/ab/$name/tools/gpu/libflashattn_shim.so")
 done
-libs+=(--lib "tree=build/ab/tree/tools/gpu/libflashattn_shim.so")
-( configure . "$ROOT/build/ab/tree" -DFLASHATTN_BUILD_TESTS=OFF &&
-  cmake --build "$ROOT/build/ab/tree" -j "$par" --target flashattn_shim > "$ROOT/build/ab/tree.log" 2>&1 ) & pids+=($!)
 if [[ $TESTS == 1 ]]; then
   ( configure . "$ROOT/build/ab-tests" &&
     cmake --build "$ROOT/build/ab-tests" -j "$par" --target flashattn_cuda_tests > "$ROOT/build/ab-tests.log" 2>&1 ) &
