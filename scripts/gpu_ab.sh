@@ -10,6 +10,8 @@
 #   SEQLENS=4096,8192 CAUSAL=no TESTS=0 scripts/gpu_ab.sh
 #   REFS="k-ahead exp2-poly" scripts/gpu_ab.sh         more commits (branches) timed in the same process,
 #                                                      as columns r1, r2, ...
+#   REFS="k-ahead" scripts/gpu_ab.sh --prepare         only extract the commits' sources into build/ab-src;
+#                                                      on the device: carry build/ab-src, AB_PREPARED=1
 # Builds go to build/ab (base, tree and each ref) and build/ab-tests; the commits' sources to
 # build/ab-src.
 set -euo pipefail
@@ -24,19 +26,27 @@ REFS=${REFS:-}
 GENCODE=-gencode=arch=compute_90a,code=sm_90a
 ROOT=$(pwd)
 
+if [[ ${AB_PREPARED:-0} != 1 ]]; then
+  # the commits' sources, extracted here. The device's copy of the checkout holds neither this branch
+  # nor the refs: run `scripts/gpu_ab.sh --prepare` here, carry build/ab-src, and set AB_PREPARED=1 there
+  rm -rf build/ab-src && mkdir -p build/ab-src/base
+  git archive "$BASE" | tar -x -C build/ab-src/base
+  echo "base: $BASE = $(git rev-parse --short "$BASE"); tree: $(git rev-parse --short HEAD) + working changes" \
+      > build/ab-src/names.txt
+  i=0
+  for ref in $REFS; do
+    i=$((i + 1))
+    mkdir -p "build/ab-src/r$i" && git archive "$ref" | tar -x -C "build/ab-src/r$i"
+    echo "r$i: $ref = $(git rev-parse --short "$ref")" >> build/ab-src/names.txt
+  done
+  [[ ${1:-} == --prepare ]] && { cat build/ab-src/names.txt; echo "prepared build/ab-src: carry it"; exit 0; }
+fi
+[[ -f build/ab-src/names.txt ]] || { echo "no build/ab-src: run scripts/gpu_ab.sh --prepare where git is"; exit 1; }
+cat build/ab-src/names.txt
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,power.draw --format=csv,noheader || true
-rm -rf build/ab-src && mkdir -p build/ab-src/base build/ab
-git archive "$BASE" | tar -x -C build/ab-src/base
-echo "base: $BASE = $(git rev-parse --short "$BASE"); tree: $(git rev-parse --short HEAD) + working changes"
+mkdir -p build/ab
 names=(base)  # the refs' columns are r1, r2, ... (the table's columns are 7 characters wide)
-i=0
-for ref in $REFS; do
-  i=$((i + 1))
-  mkdir -p "build/ab-src/r$i" && git archive "$ref" | tar -x -C "build/ab-src/r$i"
-  names+=("r$i")
-  echo "r$i: $ref = $(git rev-parse --short "$ref")"
-done
-
+for dir in build/ab-src/r*; do [[ -d $dir ]] && names+=("$(basename "$dir")"); done
 configure() {  # source dir, build dir, extra cmake args...
   local src=$1 dir=$2
   shift 2
