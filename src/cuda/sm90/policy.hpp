@@ -117,10 +117,10 @@ struct ForwardTiles {
 // d = 128 +0.9 to +2.2% non-causal, +0.8 to +1.1% causal; d = 64 -0.3 to +2.2%; d = 192 -0.1 to
 // -1.3%: on at d = 64 and 128. Not possible at d = 96 (the ones would fall inside the padded second
 // column block, which TMA fills with zeros) or d = 256 (N = 264 > 256).
-// k_ahead (alone, without exp_under_pv) and exp2_poly_share: off everywhere, not yet measured; built
-// for the steady phase's idle time that tools/gpu/timeline.py reads (docs/perf.md, 2026-12-04: "The
-// item's edge on a timeline"). The third prepared there is exp_under_pv with 3 stages and row sums
-// off at d = 128 (225 KB).
+// k_ahead alone, at d = 128 (one process beside main, n = 2k-16k): -2.4 to +1.2%, identical code -0.3
+// to +1.3%. exp2_poly_share = 4 at d = 128: -5 to -7% on every row, though MUFU.EX2 fell from 66 to
+// 50 a phase. exp_under_pv with 3 stages and row sums off (225 KB) at d = 128: -0.1 to -4.4%
+// (docs/perf.md, 2026-12-04, session 27): off everywhere.
 constexpr ForwardTiles forward_tiles(int head_dim) {
   switch (head_dim) {
     //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv k_ahead narrow_first
