@@ -82,6 +82,7 @@
 #include "cuda/primitives/ldmatrix.cuh"  // smem_address
 #include "cuda/primitives/math.cuh"
 #include "cuda/primitives/mma.cuh"
+#include "cuda/primitives/schedule.cuh"  // opaque, end_basic_block
 #include "cuda/primitives/sm90/mbarrier.cuh"
 #include "cuda/primitives/sm90/sw128_tile.cuh"
 #include "cuda/primitives/sm90/tma.cuh"
@@ -99,6 +100,8 @@
 namespace flashattn::detail::sm90 {
 
 namespace hw = cuda::sm90;
+using cuda::end_basic_block;
+using cuda::opaque;
 namespace tl = timeline;  // stamps of timeline builds only (timeline.cuh); nothing otherwise
 
 // Named barriers (0 is __syncthreads), one of each kind per consumer c: id kind + c.
@@ -147,22 +150,6 @@ __device__ __forceinline__ void keep_alive(const uint32_t (&a)[kRows][4]) {
 #pragma unroll
   for (int i = 0; i < kRows; ++i)
     asm volatile("" ::"r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]) : "memory");
-}
-
-// x, as a value the compiler cannot see through: what is computed from it stays after this point
-// (the epilogue's addresses would otherwise be hoisted out of the item loop and kept, or spilled,
-// across the main loop).
-__device__ __forceinline__ int opaque(int x) {
-  asm volatile("" : "+r"(x)::"memory");
-  return x;
-}
-
-// Ends ptxas's basic block here: a branch that it cannot remove, to a trap never reached (x is never
-// -1). ptxas schedules a wgmma wait, an instruction without operands, as early as its basic block
-// lets it, ahead of independent work written before it (even in straight-line code); a wait
-// written after this stays after that work.
-__device__ __forceinline__ void end_basic_block(int x) {
-  if (opaque(x) == -1) __trap();
 }
 
 // A consumer thread's place: consumer c (warpgroup c + 1), warp of the warpgroup (warp-uniform,
