@@ -2,7 +2,8 @@
 # The GPU check, in one call on a GPU machine (an H200 here): configure and build the CUDA backends
 # for sm_80 and sm_90a (ptxas report: registers, spills), run the GPU tests (the sm80 kernels, the
 # CPU-vs-GPU comparison, the Hopper primitives), compute-sanitizer memcheck and racecheck on small
-# cases, the SASS instruction mix, the tensor cores' rate per wgmma shape (flashattn_wgmma_rate),
+# cases, the SASS instruction mix, the tensor cores' rate per wgmma shape (flashattn_wgmma_rate) and
+# a softmax tile's exponentials per warp (flashattn_mufu_rate),
 # flashattn-bench --device cuda, the sm90 forward's timeline within a block (a build with
 # FLASHATTN_SM90_TIMELINE, d = 128 only: tools/gpu/timeline.py), then the forward and backward
 # benchmark beside PyTorch SDPA's backends, whose short table is printed last.
@@ -29,7 +30,7 @@ if has build; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_PTXAS_VERBOSE=ON \
         ${CMAKE_ARGS:-} > "$LOGS/configure.log"
   cmake --build "$BUILD" -j "$(nproc)" --target flashattn_cuda_tests flashattn_shim flashattn_tests flashattn-bench \
-        flashattn_bench_tests flashattn_sm90_primitive_tests flashattn_wgmma_rate \
+        flashattn_bench_tests flashattn_sm90_primitive_tests flashattn_wgmma_rate flashattn_mufu_rate \
         > "$LOGS/build.log" 2>&1 || { tail -50 "$LOGS/build.log"; exit 1; }
   echo "[time] build: $(( $(date +%s) - t0 )) s"
   # ptxas: a "Compiling entry function" line per kernel and target, then its usage lines.
@@ -103,6 +104,8 @@ fi
 if has rate; then
   step "tensor-core rate per wgmma shape, A from shared memory (SS) or registers (RS)"
   "$BUILD/tools/gpu/flashattn_wgmma_rate" --ms 30 | tee "$LOGS/wgmma_rate.log"
+  step "a softmax tile's exponentials per warp, by where their results are first read"
+  "$BUILD/tools/gpu/flashattn_mufu_rate" | tee "$LOGS/mufu_rate.log"
 fi
 
 if has gpubench; then

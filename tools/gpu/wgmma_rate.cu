@@ -25,21 +25,13 @@
 #include "cuda/primitives/sm90/sw128_tile.cuh"
 #include "cuda/primitives/sm90/warpgroup.cuh"
 #include "cuda/primitives/sm90/wgmma.cuh"
+#include "tool_common.cuh"  // CHECK, sm90_device
 
 namespace {
 
 namespace hw = flashattn::cuda::sm90;
 using T = __nv_bfloat16;
 constexpr int kK = 128;  // the head dim of Q Kᵀ at d = 128: 8 wgmmas a group
-
-#define CHECK(x)                                                                               \
-  do {                                                                                         \
-    const cudaError_t e = (x);                                                                 \
-    if (e != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
 
 __device__ __forceinline__ uint32_t hash(uint32_t x) {
   x ^= x >> 16;
@@ -188,12 +180,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  cudaDeviceProp prop;
-  CHECK(cudaGetDeviceProperties(&prop, 0));
-  if (prop.major != 9) {
-    std::fprintf(stderr, "flashattn_wgmma_rate: needs an sm_90 GPU (found %s, sm_%d%d)\n", prop.name, prop.major, prop.minor);
-    return 1;
-  }
+  const cudaDeviceProp prop = sm90_device("flashattn_wgmma_rate");
   const int sms = prop.multiProcessorCount;
   std::printf("wgmma rate on %s (%d SMs), bf16 -> fp32, K = %d per group, one block per SM\n", prop.name, sms, kK);
   std::printf("  shape        A   WGs  TFLOP/s   MHz   of peak at that clock\n");
