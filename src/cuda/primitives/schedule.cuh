@@ -15,7 +15,8 @@ __device__ __forceinline__ int opaque(int x) {
 // -1). ptxas schedules a wgmma wait, an instruction without operands, as early as its basic block
 // lets it, ahead of independent work written before it (even in straight-line code); a wait
 // written after this stays after that work. Independent work written before may still sink below
-// the branch where ptxas schedules the branch early (the exponentials of a d = 64 phase do).
+// the branch where ptxas schedules the branch early (seen with a softmax's exponentials, docs/perf.md
+// 2026-12-04, session 27); a loop's back edge keeps them apart.
 __device__ __forceinline__ void end_basic_block(int x) {
   if (opaque(x) == -1) __trap();
 }
