@@ -35,6 +35,7 @@
 #include "cuda/primitives/ldmatrix.cuh"  // smem_address
 #include "cuda/primitives/math.cuh"      // fast_exp2
 #include "cuda/primitives/mma.cuh"       // MmaType<T>::pack
+#include "cuda/primitives/named_barrier.cuh"
 #include "cuda/primitives/sm90/sw128_tile.cuh"
 #include "cuda/primitives/sm90/warpgroup.cuh"
 #include "cuda/primitives/sm90/wgmma.cuh"
@@ -50,6 +51,7 @@ enum class Pattern { kInterleaved, kApart, kSums, kSumsApart };
 constexpr const char* kPatternNames[] = {"interleaved", "apart", "sums", "sums-apart"};
 
 using BTile = hw::Sw128Tile<128, 128>;  // the wgmma warpgroup's B (a K tile)
+constexpr int kGemmBarrier = 1;          // the wgmma warpgroup's named barrier
 
 // The reads of a tile's exponentials: its packs folded into four words, and (kSums) its row sums.
 template <bool kSums>
@@ -107,7 +109,8 @@ __global__ void __launch_bounds__((kSoftmax + kGemm) * 128, 1)
     float d[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) d[i] = 0.0f;
-    while (*static_cast<volatile int*>(&running) > 0) {
+    // Every thread of the warpgroup takes the same decision (wgmma issues warpgroup-wide).
+    while (flashattn::cuda::named_barrier_any(kGemmBarrier, 128, *static_cast<volatile int*>(&running) > 0)) {
       hw::wgmma_fence();
 #pragma unroll
       for (int k = 0; k < 8; ++k) hw::wgmma_rs<T>(d, a[k], hw::k_major_descriptor<BTile>(b_tile, k), true);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/primitives/named_barrier.cuh"
 #include "cuda/primitives/sm90/mbarrier.cuh"
 #include "cuda/primitives/sm90/tma.cuh"
 #include "cuda/primitives/sm90/warpgroup.cuh"
@@ -166,5 +167,44 @@ void run_pipeline(int seqlen) {
 
 TEST(Sm90Pipeline, TwoStagesEightTiles) { run_pipeline<2>(8 * kTileRows - 45); }
 TEST(Sm90Pipeline, ThreeStagesThirtyTwoTiles) { run_pipeline<3>(32 * kTileRows - 96); }
+
+// named_barrier_any: two warpgroups, each on a barrier of its own, OR a predicate that holds in the
+// threads of `set` (a bit mask over the warpgroup's four warps, lane `lane` of each set warp), three
+// rounds in a row (the barrier reused). Every thread must see the OR of its own warpgroup only.
+__global__ void barrier_any_kernel(const uint32_t* sets, int lane, int* seen) {
+  const int wg = threadIdx.x / sm90::kWarpgroupThreads, t = threadIdx.x % sm90::kWarpgroupThreads;
+  for (int round = 0; round < 3; ++round) {
+    const uint32_t set = sets[round * 2 + wg];
+    const bool q = ((set >> (t / 32)) & 1u) != 0 && t % 32 == lane;
+    seen[(round * 2 + wg) * sm90::kWarpgroupThreads + t] =
+        flashattn::cuda::named_barrier_any(1 + wg, sm90::kWarpgroupThreads, q) ? 1 : 0;
+  }
+}
+
+TEST(Sm90Pipeline, NamedBarrierAnyIsUniformPerWarpgroup) {
+  expect_hopper();
+  // Per round, warpgroup 0's and 1's sets: none, one warp, all, and mixed across the warpgroups.
+  const std::vector<uint32_t> sets = {0x0, 0x4, 0x1, 0x0, 0xf, 0x8};
+  const int lane = 29;
+  DeviceBuffer<uint32_t> d_sets(sets.size());
+  DeviceBuffer<int> d_seen(sets.size() * sm90::kWarpgroupThreads);
+  ASSERT_TRUE(d_sets.ptr && d_seen.ptr);
+  CUDA_OK(cudaMemcpy(d_sets.ptr, sets.data(), d_sets.bytes(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(d_seen.ptr, 0x7f, d_seen.bytes()));  // poison: neither 0 nor 1
+  barrier_any_kernel<<<1, 2 * sm90::kWarpgroupThreads>>>(d_sets.ptr, lane, d_seen.ptr);
+  CUDA_OK(cudaGetLastError());
+  sync_or_die("named_barrier_any");
+  std::vector<int> seen(d_seen.count);
+  CUDA_OK(cudaMemcpy(seen.data(), d_seen.ptr, d_seen.bytes(), cudaMemcpyDeviceToHost));
+  int failures = 0;
+  for (size_t i = 0; i < sets.size(); ++i)
+    for (int t = 0; t < sm90::kWarpgroupThreads; ++t) {
+      const int want = sets[i] != 0 ? 1 : 0, got = seen[i * sm90::kWarpgroupThreads + t];
+      if (got != want && ++failures <= 10)
+        ADD_FAILURE() << "round " << i / 2 << " warpgroup " << i % 2 << " thread " << t << " saw " << got << ", expected "
+                      << want;
+    }
+  EXPECT_EQ(failures, 0);
+}
 
 }  // namespace
