@@ -12,6 +12,7 @@
 #   STEPS="build test" scripts/gpu_check.sh   some steps (build test sanitize sass rate gpubench split timeline
 #                                             bench)
 #   BENCH_ARGS="--dims 128 --seqlens 8192"    passed to tools/gpu/bench_sdpa.py (default --backward --options)
+#   TIMELINE_DIMS="128;256"                   the timeline step's head dims (default 128)
 # Logs go to $OUT (or build/gpu-check) and the build to build/gpu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -124,14 +125,19 @@ if has split; then
 fi
 
 if has timeline; then
-  step "the sm90 forward's timeline within a block (d = 128, n = 4k and 16k, non-causal)"
-  cmake -S . -B build/gpu-timeline -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_HEAD_DIMS=128 \
+  TIMELINE_DIMS=${TIMELINE_DIMS:-128}  # head dims, ;-separated (only 128 has been read so far)
+  step "the sm90 forward's timeline within a block (d = ${TIMELINE_DIMS//;/, }, n = 4k and 16k, non-causal)"
+  cmake -S . -B build/gpu-timeline -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON \
+        -DFLASHATTN_CUDA_HEAD_DIMS="$TIMELINE_DIMS" \
         -DFLASHATTN_CUDA_GENCODE=-gencode=arch=compute_90a,code=sm_90a -DFLASHATTN_BUILD_TESTS=OFF \
         -DCMAKE_CUDA_FLAGS=-DFLASHATTN_SM90_TIMELINE > "$LOGS/timeline_configure.log"
   cmake --build build/gpu-timeline -j "$(nproc)" --target flashattn_shim > "$LOGS/timeline_build.log" 2>&1 ||
     { tail -20 "$LOGS/timeline_build.log"; exit 1; }
-  PYTHONUNBUFFERED=1 python3 tools/gpu/timeline.py --lib build/gpu-timeline/tools/gpu/libflashattn_shim.so \
-      --seqlens 4096,16384 2>&1 | tee "$LOGS/timeline.log"
+  : > "$LOGS/timeline.log"
+  for dim in ${TIMELINE_DIMS//;/ }; do
+    PYTHONUNBUFFERED=1 python3 tools/gpu/timeline.py --lib build/gpu-timeline/tools/gpu/libflashattn_shim.so \
+        --dim "$dim" --seqlens 4096,16384 2>&1 | tee -a "$LOGS/timeline.log"
+  done
 fi
 
 if has bench; then
