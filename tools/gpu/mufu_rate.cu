@@ -8,12 +8,13 @@
 //                loop's body (what branch pack-apart's SASS shows at d = 128)
 //   sums         the packs and a row sum in four partials, in one basic block: MUFU, FADD ... (the
 //                kernel where P V does not add the row sums: d = 96, 192, 256)
-//   sums-apart   both at the top of the next iteration (branch sums-apart at d = 256)
+//   sums-apart   both at the top of the next iteration (branch sums-apart at d = 256); ptxas mixes
+//                the previous tile's adds and packs in among the new MUFUs, none reading a fresh one
 // The packs are then XORed into four words, the exponentials feed the next iteration's FFMA (values
 // stay in [2^-8, 1]), so nothing is dead and every iteration depends on the last. Optionally one more
 // warpgroup issues m64n128k16 RS wgmmas back to back for as long as the softmax warpgroups run (the
-// other consumer's GEMMs in the ping-pong). Prints cycles per tile per warp (median over the
-// multiprocessors' first warps) against the special-function unit's bound: 16 lanes a clock per
+// other consumer's GEMMs in the ping-pong). Prints cycles per tile per warp (median over every softmax
+// warp, then over 5 runs) against the special-function unit's bound: 16 lanes a clock per
 // multiprocessor, 8 cycles per warp instruction per sub-partition, 512 cycles for 64 per warp, times
 // E where E warps share a sub-partition.
 //
@@ -131,6 +132,8 @@ __global__ void __launch_bounds__((kSoftmax + kGemm) * 128, 1)
   for (int i = 0; i < kS; ++i) s[i] = 0.5f + 0.001f * static_cast<float>((threadIdx.x + i) % 97);
   uint32_t fold[4] = {};
   float sum[4] = {};
+#pragma unroll
+  for (int i = 0; i < kS; ++i) asm volatile("" : "+f"(s[i]));  // the start values set before the clock is read
   __syncwarp();
   const long long c0 = clock64();
 #pragma unroll 1
@@ -148,7 +151,10 @@ __global__ void __launch_bounds__((kSoftmax + kGemm) * 128, 1)
 // Median cycles per tile per warp over the multiprocessors' softmax warps.
 template <Pattern kPattern, int kSoftmax, bool kGemm>
 double measure(int sms, int tiles) {
-  const int smem = kGemm ? BTile::kBytes + 1024 : 0;
+  // One block per multiprocessor (__launch_bounds__ sets no maximum): more shared memory than half of
+  // a multiprocessor's 228 KB, whatever the block uses of it.
+  constexpr int kOneBlockSmem = 120 * 1024;
+  const int smem = std::max(kGemm ? BTile::kBytes + 1024 : 0, kOneBlockSmem);
   auto kernel = mufu_kernel<kPattern, kSoftmax, kGemm>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   uint32_t* sink;

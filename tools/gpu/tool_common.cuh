@@ -9,9 +9,10 @@
 
 #define CHECK(x)                                                                               \
   do {                                                                                         \
-    const cudaError_t e = (x);                                                                 \
-    if (e != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
+    const cudaError_t check_error_ = (x);                                                      \
+    if (check_error_ != cudaSuccess) {                                                         \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,                          \
+                   cudaGetErrorString(check_error_));                                          \
       std::exit(1);                                                                            \
     }                                                                                          \
   } while (0)

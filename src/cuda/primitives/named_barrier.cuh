@@ -23,7 +23,9 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
 }
 
 // named_barrier_sync that also ORs a predicate over the participating threads (bar.red.or.pred):
-// a decision every thread of a warpgroup takes alike, as wgmma's .aligned issue requires.
+// a decision every thread of a warpgroup takes alike, as wgmma's .aligned issue requires. A barrier
+// used this way must not also be used by bar.sync or bar.arrive while active (the PTX ISA: the
+// execution is then unpredictable).
 __device__ __forceinline__ bool named_barrier_any(int id, int threads, bool q) {
   uint32_t any;
   asm volatile(

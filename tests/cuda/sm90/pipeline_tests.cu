@@ -170,10 +170,17 @@ TEST(Sm90Pipeline, ThreeStagesThirtyTwoTiles) { run_pipeline<3>(32 * kTileRows -
 
 // named_barrier_any: two warpgroups, each on a barrier of its own, OR a predicate that holds in the
 // threads of `set` (a bit mask over the warpgroup's four warps, lane `lane` of each set warp), three
-// rounds in a row (the barrier reused). Every thread must see the OR of its own warpgroup only.
+// rounds in a row (the barrier reused). Every thread must see the OR of its own warpgroup only. In
+// rounds 1 and 2 the odd warps of each warpgroup arrive late, so that the two warpgroups' arrivals
+// interleave (an implementation that ignored the barrier id would mix them).
 __global__ void barrier_any_kernel(const uint32_t* sets, int lane, int* seen) {
   const int wg = threadIdx.x / sm90::kWarpgroupThreads, t = threadIdx.x % sm90::kWarpgroupThreads;
   for (int round = 0; round < 3; ++round) {
+    if (round > 0 && (t / 32) % 2 == 1) {
+      const long long start = clock64();
+      while (clock64() - start < 20000) {
+      }
+    }
     const uint32_t set = sets[round * 2 + wg];
     const bool q = ((set >> (t / 32)) & 1u) != 0 && t % 32 == lane;
     seen[(round * 2 + wg) * sm90::kWarpgroupThreads + t] =
