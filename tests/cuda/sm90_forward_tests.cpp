@@ -54,10 +54,9 @@ bool on_hopper() {
 
 // The case on sm90 against the fp64 reference, then sm80 on the same inputs: both within the rule,
 // and within each other's reach (each is within 2 err_lowp + floor of the exact result).
-void check_case(const Case& cs) {
-  SKIP_UNLESS_HOPPER();
-  const std::unique_ptr<Problem> pb = new_problem(cs);
-  if (::testing::Test::HasFailure()) return;
+// check_problem: the same on a problem already made (inputs uploaded).
+void check_problem(Problem* pb) {
+  const Case& cs = pb->c;
   {
     const flashattn::Status s = fd::cuda_sm90_forward_supported(pb->params());
     ASSERT_TRUE(s.ok()) << "the case must be one the sm90 path takes: " << s.message;
@@ -84,6 +83,13 @@ void check_case(const Case& cs) {
     ASSERT_LE(std::abs(lse90[li] - lse80[li]) / std::max(1.0f, std::abs(lse80[li])), 2 * kLseTolerance)
         << "lse of sm90 and sm80 at " << li << ": " << lse90[li] << " vs " << lse80[li];
   }
+}
+
+void check_case(const Case& cs) {
+  SKIP_UNLESS_HOPPER();
+  const std::unique_ptr<Problem> pb = new_problem(cs);
+  if (::testing::Test::HasFailure()) return;
+  check_problem(pb.get());
 }
 
 class Sm90ForwardSmall : public ::testing::TestWithParam<Case> {};
@@ -184,6 +190,43 @@ std::vector<Case> varlen_cases() {
   // One sequence: its tail boxes end at the packed total (nothing may be read past it).
   cases.push_back(varlen(make(kFp16, 0, 0, 0, 2, 2, 256), {203}, {113}));
   return cases;
+}
+
+// Varlen boxes that start before their sequence (a sequence shorter than Bc has one K/V box, moved
+// back to end at its end) read zeros there, not the previous sequence's rows: the sequences without
+// queries (0, 2, 5) hold K = NaN and V = NaN, +Inf and -Inf in every row, and the short sequences
+// after them (1: 50 keys, 4: 1, 6: 100; Bc = 80-128) must come out as exact as ever. Masking alone
+// does not keep them out (0 x Inf and NaN x 0 are NaN in P V).
+class Sm90ForwardVarlenRows : public ::testing::TestWithParam<Case> {};
+TEST_P(Sm90ForwardVarlenRows, NonFiniteRowsOfOtherSequencesStayOut) {
+  SKIP_UNLESS_HOPPER();
+  const Case& cs = GetParam();
+  const std::unique_ptr<Problem> pb = new_problem(cs);
+  if (::testing::Test::HasFailure()) return;
+  const uint16_t nan = to_storage(NAN, cs.dtype), inf = to_storage(INFINITY, cs.dtype),
+                 minus_inf = to_storage(-INFINITY, cs.dtype);
+  int64_t poisoned_rows = 0;
+  for (size_t b = 0; b < cs.varlen_q.size(); ++b) {
+    if (cs.varlen_q[b] != 0) continue;
+    for (int32_t r = pb->host_cu_k[b]; r < pb->host_cu_k[b + 1]; ++r, ++poisoned_rows)
+      for (int64_t h = 0; h < cs.hkv; ++h)
+        for (int64_t i = 0; i < cs.d; ++i) {
+          pb->k.host[pb->k.at(0, r, h, i)] = nan;
+          pb->v.host[pb->v.at(0, r, h, i)] = (r + i) % 3 == 0 ? nan : (r + i) % 3 == 1 ? inf : minus_inf;
+        }
+  }
+  ASSERT_EQ(poisoned_rows, 300 + 200 + 130) << "the key rows of the query-less sequences";
+  pb->k.upload();
+  pb->v.upload();
+  check_problem(pb.get());
+}
+std::vector<Case> varlen_rows_cases() {
+  const std::vector<int32_t> q = {0, 50, 0, 70, 33, 0, 9}, k = {300, 50, 200, 70, 1, 130, 100};
+  return {varlen(make(DType::kBFloat16, 0, 0, 0, 4, 2, 128), q, k),
+          causal(varlen(make(DType::kFloat16, 0, 0, 0, 2, 2, 64), q, k)),
+          varlen(make(DType::kBFloat16, 0, 0, 0, 2, 1, 96), q, k),
+          causal(varlen(make(DType::kFloat16, 0, 0, 0, 2, 2, 192), q, k), Alignment::kTopLeft),
+          varlen(make(DType::kBFloat16, 0, 0, 0, 2, 2, 256), q, k)};
 }
 
 // The persistent schedule (tile_scheduler.cuh): several times more work items than the H100/H200's
@@ -355,6 +398,7 @@ TEST(Sm90ForwardPackGqa, RuleTakesThePackedPathForFewRows) {
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardSmall, ::testing::ValuesIn(small_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardLarge, ::testing::ValuesIn(large_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardVarlen, ::testing::ValuesIn(varlen_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardVarlenRows, ::testing::ValuesIn(varlen_rows_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardPersistent, ::testing::ValuesIn(persistent_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardPackGqa, ::testing::ValuesIn(pack_gqa_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardSplit, ::testing::ValuesIn(split_cases()), case_name);
@@ -406,7 +450,9 @@ TEST(Sm90ForwardSplit, RuleSplitsWhereTheLastWaveIdles) {
   }
   int sms = 0;
   CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  if (sms == 132) EXPECT_EQ(split_bytes(make(DType::kBFloat16, 1, 4096, 4096, 8, 8, 128)), 0u);
+  if (sms == 132) {
+    EXPECT_EQ(split_bytes(make(DType::kBFloat16, 1, 4096, 4096, 8, 8, 128)), 0u);
+  }
 }
 
 // Two runs on the same inputs give the same bits.

@@ -152,7 +152,10 @@ void schedule_params(const ForwardParams& p, const Instance& inst, ForwardKernel
 // The kernel params; the tensor maps' boxes follow the instantiation's tile shape. A map that TMA
 // cannot describe (strides not multiples of 16 bytes, sizes out of range) gives a status naming
 // the tensor and the field. Varlen: one batch entry of batch x longest rows, an upper bound of the
-// packed total that the kernel never reads past (its boxes stop at each sequence's end).
+// packed total that the kernel never reads past (its boxes stop at each sequence's end); K and V
+// as packed rows (tma.cuh: make_packed_rows_tensor_map), so that a sequence shorter than Bc, whose
+// one box starts before its first row, reads zeros there rather than the previous sequence's rows
+// (masked, but 0 x Inf or a NaN among them would reach P V as NaN).
 Status kernel_params(const ForwardParams& p, const Instance& inst, ForwardKernelParams* k) {
   schedule_params(p, inst, k);
   const Dims d = resolve_dims(p);
@@ -169,9 +172,13 @@ Status kernel_params(const ForwardParams& p, const Instance& inst, ForwardKernel
               {&k->k_map, p.k, map_rows(d.seqlen_k), d.heads_kv, tiles.block_n, "k"},
               {&k->v_map, p.v, map_rows(d.seqlen_k), d.heads_kv, tiles.block_n, "v"}};
   for (const auto& m : maps) {
-    const Status s = cuda::sm90::make_attention_tensor_map(m.map, p.dtype, m.t.data, map_batch, m.seqlen, m.heads,
-                                                           d.head_dim, m.t.batch_stride, m.t.row_stride,
-                                                           m.t.head_stride, m.box_rows);
+    const bool packed_rows = d.varlen && m.map != &k->q_map;
+    const Status s =
+        packed_rows ? cuda::sm90::make_packed_rows_tensor_map(m.map, p.dtype, m.t.data, m.seqlen, m.heads, d.head_dim,
+                                                              m.t.row_stride, m.t.head_stride, m.box_rows)
+                    : cuda::sm90::make_attention_tensor_map(m.map, p.dtype, m.t.data, map_batch, m.seqlen, m.heads,
+                                                            d.head_dim, m.t.batch_stride, m.t.row_stride,
+                                                            m.t.head_stride, m.box_rows);
     if (!s) return {s.code, std::string(m.name) + ": " + s.message};
   }
   return {};

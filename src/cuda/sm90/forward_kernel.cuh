@@ -405,14 +405,20 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
         const auto load_tile = [&](const WorkTile& t, uint64_t(&full)[kStages], uint64_t(&empty)[kStages],
                                    uint32_t slot_addr0, int slot_bytes, const CUtensorMap& map, int i, int event) {
           const int tile = g + i, slot = slot_of(tile);
-          const int row = t.k_row0 + t.key_tile_start<kBlockN>(t.tiles.n_end - 1 - i);
+          // Varlen (packed-rows maps): the box at (col, i0, row0) with i0 = min(start, 0) <= 0, so
+          // that its rows before the sequence's first (start < 0: a sequence shorter than Bc) read
+          // as zeros. Else (col, row, head, batch).
+          const int start = t.key_tile_start<kBlockN>(t.tiles.n_end - 1 - i);
+          const int i0 = t.shift_tail ? min(start, 0) : 0;
+          const int c1 = t.shift_tail ? i0 : start, c2 = t.shift_tail ? t.k_row0 + start - i0 : h_kv;
+          const int c3 = t.shift_tail ? h_kv : t.tma_batch;
           hw::mbarrier_wait(bar(empty[slot]), parity_of(tile) ^ 1);
           tl::mark(p.timeline, k, tl::phase_slot(i, event));
           hw::mbarrier_arrive_expect_tx(bar(full[slot]), KTile::kBytes);
 #pragma unroll
           for (int cb = 0; cb < KTile::kColBlocks; ++cb)
             hw::tma_load(slot_addr0 + slot * slot_bytes + KTile::col_block_offset(cb), map, bar(full[slot]),
-                         hw::kSw128Cols * cb, row, h_kv, t.tma_batch);
+                         hw::kSw128Cols * cb, c1, c2, c3);
         };
         // K(0) first, so that it does not wait behind the previous item's Q.
         if (!done) {

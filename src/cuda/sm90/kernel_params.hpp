@@ -14,10 +14,12 @@ struct ForwardKernelParams {
   // 128-byte-swizzled boxes of 64 columns: q in Br-row boxes, k and v in Bc-row boxes; coordinates
   // (column, row, head, batch); rows past the map's seqlen read as zeros. Varlen: one batch entry
   // of batch x max-seqlen rows (an upper bound of the packed total: tile_scheduler.cuh keeps every
-  // box inside its sequence's end, so no row past the real total is ever read).
+  // box inside its sequence's end, so no row past the real total is ever read); k and v then as
+  // packed rows, coordinates (column, i, row0, head) (tma.cuh: make_packed_rows_tensor_map), so
+  // that a box starting before its sequence's first row reads zeros there.
   CUtensorMap q_map;  // [batch, seqlen_q, heads_q,  head_dim]
-  CUtensorMap k_map;  // [batch, seqlen_k, heads_kv, head_dim]
-  CUtensorMap v_map;  // [batch, seqlen_k, heads_kv, head_dim]
+  CUtensorMap k_map;  // [batch, seqlen_k, heads_kv, head_dim]; varlen: [Bc, total_k, heads_kv] rows
+  CUtensorMap v_map;  // [batch, seqlen_k, heads_kv, head_dim]; varlen: as k_map
 
   // Pack-GQA (tile_scheduler.cuh): the consumers copy Q's packed rows themselves, 16 bytes at a
   // time, from here (the map cannot express the packing); varlen: q_batch_stride = 0.

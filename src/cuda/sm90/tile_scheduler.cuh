@@ -126,7 +126,8 @@ struct WorkTile {
   int i0, i1;           // the queries of those rows, [i0, i1) (= [r0, r1) unless pack-GQA)
   int q_tile_row0;      // the row at row 0 of the Q tile: r0, or sq - Br for a varlen tail tile,
                         // or -lead (< 0 when lead > 0) for tile 0 of paired tiles (work_tile)
-  bool shift_tail;      // varlen: the last K/V box of the sequence ends at sk (key_tile_start)
+  bool shift_tail;      // varlen: the last K/V box of the sequence ends at sk (key_tile_start),
+                        // its rows before the sequence zeros (forward_kernel.cuh: load_tile)
   sm80::Band band;
   TileRange tiles;      // key tiles that queries [i0, i1) see
 

@@ -24,6 +24,9 @@
 //   make_attention_tensor_map  a strided [batch, seqlen, heads, dim] tensor, in boxes of box_rows x 64
 //                              of one (batch, head): rows past seqlen read as zeros rather than as the
 //                              next batch entry's rows
+//   make_packed_rows_tensor_map  a [rows, heads, dim] tensor of packed sequences (varlen), in boxes
+//                              of box_rows x 64 of one head whose rows before a given first row
+//                              read as zeros rather than as the previous sequence's rows
 // Both use 128-byte swizzle (the shared layout is Sw128Tile: a box of box_rows x 64 fills one column
 // block), take fp16/bf16, and return a Status naming the argument at fault; nothing links libcuda:
 // cuTensorMapEncodeTiled is found through the runtime's cudaGetDriverEntryPointByVersion.
@@ -270,6 +273,22 @@ inline Status make_attention_tensor_map(CUtensorMap* map, DType dtype, const voi
   const int64_t dims[4] = {dim, seqlen, heads, batch};
   const int64_t byte_strides[3] = {row_stride * 2, head_stride * 2, batch_stride * 2};
   static const char* const names[] = {"dim", "seqlen", "heads", "batch", "row_stride", "head_stride", "batch_stride"};
+  return tma_detail::encode_sw128(map, dtype, data, 4, dims, byte_strides, box_rows, names);
+}
+
+// A [rows, heads, dim] tensor of packed sequences (dim contiguous; strides in elements), seen as
+// four dimensions (col, i, row0, head) with element (c, i, r, h) at row i + r: i counts the box's
+// rows, with size box_rows, and row0 is the row the box's i = 0 sits at, with size rows. TMA bounds
+// each coordinate by its own dimension, so a box loaded at (col, i0 < 0, row0, head) reads zeros
+// for its first -i0 rows, whatever lies before row0 in memory: a sequence's box that starts before
+// its first row (row0 = that row, i0 = the start's offset from it) holds no row of the sequence
+// before it. Rows past `rows` read as zeros too (row0 + i, i < box_rows, stays inside the tensor
+// when the caller's boxes end at a sequence's end).
+inline Status make_packed_rows_tensor_map(CUtensorMap* map, DType dtype, const void* data, int64_t rows, int64_t heads,
+                                          int64_t dim, int64_t row_stride, int64_t head_stride, int box_rows) {
+  const int64_t dims[4] = {dim, box_rows, rows, heads};
+  const int64_t byte_strides[3] = {row_stride * 2, row_stride * 2, head_stride * 2};
+  static const char* const names[] = {"dim", "box_rows", "rows", "heads", "row_stride", "row_stride", "head_stride"};
   return tma_detail::encode_sw128(map, dtype, data, 4, dims, byte_strides, box_rows, names);
 }
 
