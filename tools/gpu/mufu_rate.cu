@@ -12,11 +12,12 @@
 //                the previous tile's adds and packs in among the new MUFUs, none reading a fresh one
 // The packs are then XORed into four words, the exponentials feed the next iteration's FFMA (values
 // stay in [2^-8, 1]), so nothing is dead and every iteration depends on the last. Optionally one more
-// warpgroup issues m64n128k16 RS wgmmas back to back for as long as the softmax warpgroups run (the
-// other consumer's GEMMs in the ping-pong). Prints cycles per tile per warp (median over every softmax
-// warp, then over 5 runs) against the special-function unit's bound: 16 lanes a clock per
-// multiprocessor, 8 cycles per warp instruction per sub-partition, 512 cycles for 64 per warp, times
-// E where E warps share a sub-partition.
+// warpgroup issues m64n128k16 wgmmas back to back for as long as the softmax warpgroups run (the
+// other consumer's GEMMs in the ping-pong), with A from registers (RS, as the kernel's S = Q K^T and
+// P V) or from shared memory (SS: no reads of the register file for A). Prints cycles per tile per
+// warp (median over every softmax warp, then over 5 runs) against the special-function unit's bound:
+// 16 lanes a clock per multiprocessor, 8 cycles per warp instruction per sub-partition, 512 cycles for
+// 64 per warp, times E where E warps share a sub-partition.
 //
 //   flashattn_mufu_rate [--tiles 4000]
 //
@@ -51,7 +52,11 @@ constexpr int kS = 64;  // values per thread: a 64 x 128 fp32 tile over a warpgr
 enum class Pattern { kInterleaved, kApart, kSums, kSumsApart };
 constexpr const char* kPatternNames[] = {"interleaved", "apart", "sums", "sums-apart"};
 
+// The wgmma warpgroup beside the softmax: none, A from registers, or A from shared memory.
+enum class Gemm { kNone, kRs, kSs };
+
 using BTile = hw::Sw128Tile<128, 128>;  // the wgmma warpgroup's B (a K tile)
+using ATile = hw::Sw128Tile<64, 128>;   // its A under kSs (a Q tile), after B
 constexpr int kGemmBarrier = 1;          // the wgmma warpgroup's named barrier
 
 // The reads of a tile's exponentials: its packs folded into four words, and (kSums) its row sums.
@@ -79,29 +84,29 @@ __device__ __forceinline__ void tile(float (&s)[kS], uint32_t (&fold)[4], float 
   if constexpr (!kApart) consume<kSums>(s, fold, sum);
 }
 
-// Warpgroups 0 .. kSoftmax - 1 run `tiles` tiles of `kPattern` each; warpgroup kSoftmax (when
-// kGemm) issues groups of 8 wgmmas until they are all done. Lane 0 of each softmax warp writes its
+// Warpgroups 0 .. kSoftmax - 1 run `tiles` tiles of `kPattern` each; warpgroup kSoftmax (unless
+// kGemm is kNone) issues groups of 8 wgmmas until they are all done. Lane 0 of each softmax warp writes its
 // cycles to cycles[block * 4 kSoftmax + warp].
-template <Pattern kPattern, int kSoftmax, bool kGemm>
-__global__ void __launch_bounds__((kSoftmax + kGemm) * 128, 1)
+template <Pattern kPattern, int kSoftmax, Gemm kGemm>
+__global__ void __launch_bounds__((kSoftmax + (kGemm != Gemm::kNone)) * 128, 1)
     mufu_kernel(uint32_t* sink, int tiles, long long* cycles) {
   extern __shared__ uint8_t smem_raw[];
   __shared__ int running;  // softmax warps still in their loop
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) running = 4 * kSoftmax;
-  if constexpr (kGemm) {
+  if constexpr (kGemm != Gemm::kNone) {
     const uint32_t raw = flashattn::cuda::smem_address(smem_raw);
     const uint32_t base = (raw + 1023) / 1024 * 1024;
     uint32_t* words = reinterpret_cast<uint32_t*>(smem_raw + (base - raw));
-    for (int i = threadIdx.x; i < BTile::kBytes / 4; i += blockDim.x)
+    for (int i = threadIdx.x; i < (BTile::kBytes + ATile::kBytes) / 4; i += blockDim.x)
       words[i] = flashattn::cuda::MmaType<T>::pack(static_cast<float>(i % 7) / 8.0f, static_cast<float>(i % 5) / 8.0f);
     hw::fence_proxy_async_shared();  // generic stores -> wgmma's reads
   }
   __syncthreads();
 
-  if (kGemm && wg == kSoftmax) {
+  if (kGemm != Gemm::kNone && wg == kSoftmax) {
     const uint32_t raw = flashattn::cuda::smem_address(smem_raw);
-    const uint32_t b_tile = (raw + 1023) / 1024 * 1024;
+    const uint32_t b_tile = (raw + 1023) / 1024 * 1024, a_tile = b_tile + BTile::kBytes;
     uint32_t a[8][4];
 #pragma unroll
     for (int k = 0; k < 8; ++k)
@@ -114,7 +119,13 @@ __global__ void __launch_bounds__((kSoftmax + kGemm) * 128, 1)
     while (flashattn::cuda::named_barrier_any(kGemmBarrier, 128, *static_cast<volatile int*>(&running) > 0)) {
       hw::wgmma_fence();
 #pragma unroll
-      for (int k = 0; k < 8; ++k) hw::wgmma_rs<T>(d, a[k], hw::k_major_descriptor<BTile>(b_tile, k), true);
+      for (int k = 0; k < 8; ++k) {
+        if constexpr (kGemm == Gemm::kRs) {
+          hw::wgmma_rs<T>(d, a[k], hw::k_major_descriptor<BTile>(b_tile, k), true);
+        } else {
+          hw::wgmma_ss<T>(d, hw::k_major_descriptor<ATile>(a_tile, k), hw::k_major_descriptor<BTile>(b_tile, k), true);
+        }
+      }
       hw::wgmma_commit();
       hw::wgmma_wait<1>();
     }
@@ -149,12 +160,13 @@ __global__ void __launch_bounds__((kSoftmax + kGemm) * 128, 1)
 }
 
 // Median cycles per tile per warp over the multiprocessors' softmax warps.
-template <Pattern kPattern, int kSoftmax, bool kGemm>
+template <Pattern kPattern, int kSoftmax, Gemm kGemm>
 double measure(int sms, int tiles) {
   // One block per multiprocessor (__launch_bounds__ sets no maximum): more shared memory than half of
   // a multiprocessor's 228 KB, whatever the block uses of it.
   constexpr int kOneBlockSmem = 120 * 1024;
-  const int smem = std::max(kGemm ? BTile::kBytes + 1024 : 0, kOneBlockSmem);
+  const int smem = std::max(kGemm != Gemm::kNone ? BTile::kBytes + ATile::kBytes + 1024 : 0, kOneBlockSmem);
+  constexpr int kThreads = (kSoftmax + (kGemm != Gemm::kNone)) * 128;
   auto kernel = mufu_kernel<kPattern, kSoftmax, kGemm>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   uint32_t* sink;
@@ -162,11 +174,11 @@ double measure(int sms, int tiles) {
   const int warps = sms * 4 * kSoftmax;
   CHECK(cudaMalloc(&sink, 4096 * sizeof(uint32_t)));
   CHECK(cudaMalloc(&cycles, warps * sizeof(long long)));
-  kernel<<<sms, (kSoftmax + kGemm) * 128, smem>>>(sink, tiles / 10, cycles);  // warm-up
+  kernel<<<sms, kThreads, smem>>>(sink, tiles / 10, cycles);  // warm-up
   CHECK(cudaDeviceSynchronize());
   std::vector<double> medians;
   for (int run = 0; run < 5; ++run) {
-    kernel<<<sms, (kSoftmax + kGemm) * 128, smem>>>(sink, tiles, cycles);
+    kernel<<<sms, kThreads, smem>>>(sink, tiles, cycles);
     CHECK(cudaDeviceSynchronize());
     CHECK(cudaGetLastError());
     std::vector<long long> host(warps);
@@ -182,12 +194,14 @@ double measure(int sms, int tiles) {
 
 template <Pattern kPattern>
 void row(int sms, int tiles) {
-  const double one = measure<kPattern, 1, false>(sms, tiles);
-  const double gemm = measure<kPattern, 1, true>(sms, tiles);
-  const double two = measure<kPattern, 2, false>(sms, tiles);
+  const double one = measure<kPattern, 1, Gemm::kNone>(sms, tiles);
+  const double rs = measure<kPattern, 1, Gemm::kRs>(sms, tiles);
+  const double ss = measure<kPattern, 1, Gemm::kSs>(sms, tiles);
+  const double two = measure<kPattern, 2, Gemm::kNone>(sms, tiles);
   constexpr double kBound = 8.0 * kS;  // 64 MUFU at 8 cycles each, one warp per sub-partition
-  std::printf("  %-12s %8.0f %6.2f   %8.0f %6.2f   %8.0f %6.2f\n", kPatternNames[static_cast<int>(kPattern)], one,
-              one / kBound, gemm, gemm / kBound, two, two / (2 * kBound));
+  std::printf("  %-12s %8.0f %6.2f   %8.0f %6.2f   %8.0f %6.2f   %8.0f %6.2f\n",
+              kPatternNames[static_cast<int>(kPattern)], one, one / kBound, rs, rs / kBound, ss, ss / kBound, two,
+              two / (2 * kBound));
 }
 
 }  // namespace
@@ -207,7 +221,7 @@ int main(int argc, char** argv) {
   std::printf("softmax tile (64 FFMA, 64 MUFU.EX2, 32 packs per thread) on %s (%d SMs), %d tiles per warp\n",
               prop.name, sms, tiles);
   std::printf("cycles per tile per warp, and that over the MUFU bound (512 per warp sharing a sub-partition)\n");
-  std::printf("  pattern       1 softmax WG      + 1 wgmma WG      2 softmax WGs\n");
+  std::printf("  pattern       1 softmax WG      + 1 RS wgmma WG   + 1 SS wgmma WG   2 softmax WGs\n");
   row<Pattern::kInterleaved>(sms, tiles);
   row<Pattern::kApart>(sms, tiles);
   row<Pattern::kSums>(sms, tiles);
