@@ -121,6 +121,8 @@ struct ForwardTiles {
 // to +1.3%. exp2_poly_share = 4 at d = 128: -5 to -7% on every row, though MUFU.EX2 fell from 66 to
 // 50 a phase. exp_under_pv with 3 stages and row sums off (225 KB) at d = 128: -0.1 to -4.4%
 // (docs/perf.md, 2026-12-04, session 27): off everywhere.
+// The exponentials' packs (or row sums) moved past a basic-block boundary, apart from the MUFUs:
+// -2.5 to -6% at d = 128, flat within noise at d = 256 (H100, docs/perf.md, 2026-12-05): not kept.
 constexpr ForwardTiles forward_tiles(int head_dim) {
   switch (head_dim) {
     //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv k_ahead narrow_first
