@@ -55,6 +55,9 @@ constexpr const char* kPatternNames[] = {"interleaved", "apart", "sums", "sums-a
 // The wgmma warpgroup beside the softmax: none, A from registers, or A from shared memory.
 enum class Gemm { kNone, kRs, kSs };
 
+// Threads of a block: kSoftmax softmax warpgroups, and one wgmma warpgroup unless kGemm is kNone.
+constexpr int block_threads(int softmax, Gemm gemm) { return (softmax + (gemm != Gemm::kNone)) * 128; }
+
 using BTile = hw::Sw128Tile<128, 128>;  // the wgmma warpgroup's B (a K tile)
 using ATile = hw::Sw128Tile<64, 128>;   // its A under kSs (a Q tile), after B
 constexpr int kGemmBarrier = 1;          // the wgmma warpgroup's named barrier
@@ -88,7 +91,7 @@ __device__ __forceinline__ void tile(float (&s)[kS], uint32_t (&fold)[4], float 
 // kGemm is kNone) issues groups of 8 wgmmas until they are all done. Lane 0 of each softmax warp writes its
 // cycles to cycles[block * 4 kSoftmax + warp].
 template <Pattern kPattern, int kSoftmax, Gemm kGemm>
-__global__ void __launch_bounds__((kSoftmax + (kGemm != Gemm::kNone)) * 128, 1)
+__global__ void __launch_bounds__(block_threads(kSoftmax, kGemm), 1)
     mufu_kernel(uint32_t* sink, int tiles, long long* cycles) {
   extern __shared__ uint8_t smem_raw[];
   __shared__ int running;  // softmax warps still in their loop
@@ -166,7 +169,7 @@ double measure(int sms, int tiles) {
   // a multiprocessor's 228 KB, whatever the block uses of it.
   constexpr int kOneBlockSmem = 120 * 1024;
   const int smem = std::max(kGemm != Gemm::kNone ? BTile::kBytes + ATile::kBytes + 1024 : 0, kOneBlockSmem);
-  constexpr int kThreads = (kSoftmax + (kGemm != Gemm::kNone)) * 128;
+  constexpr int kThreads = block_threads(kSoftmax, kGemm);
   auto kernel = mufu_kernel<kPattern, kSoftmax, kGemm>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   uint32_t* sink;
