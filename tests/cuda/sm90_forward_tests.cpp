@@ -25,6 +25,7 @@
 
 #include "cuda/cuda_backend.hpp"
 #include "cuda/sm90/pack_gqa.hpp"
+#include "cuda/sm90/policy.hpp"
 #include "cuda/support/cuda_test_util.hpp"
 #include "cuda/support/forward_problem.hpp"
 
@@ -378,8 +379,8 @@ TEST_P(Sm90ForwardPackGqa, MatchesReferenceAndSm80) {
 }
 
 // The rule (policy.hpp's pack_gqa) on the host's params: packed exactly when it makes fewer query
-// tiles; not for MHA, nor when the tiles are full either way (sq a multiple of Br), nor when the
-// unpacked tiles are already as few (sq = 100, group 2: two tiles of 128 rows either way).
+// tiles; not for MHA, nor when the tiles are full either way (sq a multiple of Br: 384 of 128 or
+// 192), nor when the unpacked tiles are already as few (sq = 100, group 2: two tiles either way).
 TEST(Sm90ForwardPackGqa, RuleTakesThePackedPathForFewRows) {
   SKIP_UNLESS_HOPPER();
   const auto packs = [](const Case& c) {
@@ -390,7 +391,7 @@ TEST(Sm90ForwardPackGqa, RuleTakesThePackedPathForFewRows) {
   EXPECT_TRUE(packs(make(DType::kBFloat16, 1, 63, 300, 4, 2, 128)));
   EXPECT_TRUE(packs(make(DType::kFloat16, 1, 100, 300, 16, 2, 64)));
   EXPECT_FALSE(packs(make(DType::kBFloat16, 1, 1, 300, 8, 8, 128)));    // MHA
-  EXPECT_FALSE(packs(make(DType::kBFloat16, 1, 256, 300, 8, 1, 128)));  // full tiles either way
+  EXPECT_FALSE(packs(make(DType::kBFloat16, 1, 384, 300, 8, 1, 128)));  // full tiles either way
   EXPECT_FALSE(packs(make(DType::kBFloat16, 1, 100, 300, 4, 2, 128)));  // two tiles either way
   EXPECT_FALSE(packs(make(DType::kFloat16, 1, 192, 300, 4, 1, 64)));    // Br 192: full either way
 }
@@ -436,14 +437,17 @@ TEST(Sm90ForwardSplit, DeterministicAndNeedsItsWorkspace) {
 // last wave 97% full (256 items: 8 blocks idle for 32 tiles, 2 tiles' time a block on average).
 TEST(Sm90ForwardSplit, RuleSplitsWhereTheLastWaveIdles) {
   SKIP_UNLESS_HOPPER();
+  constexpr fd::sm90::ForwardTiles kTiles = fd::sm90::forward_tiles(96, false);
+  static_assert(kTiles.block_m() == 128 && kTiles.block_n == 128,
+                "the shapes below count 32 query tiles and 32 key tiles at d = 96, n = 4096");
   const auto split_bytes = [](const Case& c) {
     const std::unique_ptr<Problem> pb = new_problem(c);
     return pb == nullptr || ::testing::Test::HasFailure() ? size_t{0} : fd::cuda_sm90_forward_workspace(pb->params());
   };
-  const Case idle = make(DType::kBFloat16, 1, 4096, 4096, 5, 5, 128);
+  const Case idle = make(DType::kBFloat16, 1, 4096, 4096, 5, 5, 96);
   EXPECT_GT(split_bytes(idle), 0u);
   EXPECT_EQ(split_bytes(causal(idle)), 0u);
-  EXPECT_EQ(split_bytes(make(DType::kBFloat16, 1, 4096, 4096, 1, 1, 128)), 0u);  // 32 items
+  EXPECT_EQ(split_bytes(make(DType::kBFloat16, 1, 4096, 4096, 1, 1, 96)), 0u);  // 32 items
   {
     const SplitEnv never("0");
     EXPECT_EQ(split_bytes(idle), 0u);
@@ -451,7 +455,7 @@ TEST(Sm90ForwardSplit, RuleSplitsWhereTheLastWaveIdles) {
   int sms = 0;
   CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   if (sms == 132) {
-    EXPECT_EQ(split_bytes(make(DType::kBFloat16, 1, 4096, 4096, 8, 8, 128)), 0u);
+    EXPECT_EQ(split_bytes(make(DType::kBFloat16, 1, 4096, 4096, 8, 8, 96)), 0u);
   }
 }
 

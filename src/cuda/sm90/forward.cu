@@ -71,6 +71,16 @@ int largest_head_dim(DType dtype) {
   return largest;
 }
 
+// The tile policy that serves a problem on inst (policy.hpp): by head dim, and by whether the mask
+// is a band (window sides as in ForwardKernelParams). launch_forward makes the same choice.
+ForwardTiles tiles_for(const Instance& inst, int window_left, int window_right) {
+  return sm90::forward_tiles(inst.head_dim, sm90::banded(window_left, window_right));
+}
+ForwardTiles tiles_for(const Instance& inst, const ForwardParams& p) {
+  const cuda_host::KernelBand band = cuda_host::kernel_band(p, resolve_dims(p));
+  return tiles_for(inst, band.window_left, band.window_right);
+}
+
 // Where 32-bit indices of the kernel would not hold: the packed rows of a varlen problem (upper
 // bound: batch x longest) and the number of work items. Empty when they hold.
 std::string schedule_limits(const Dims& d, int block_m) {
@@ -86,7 +96,7 @@ std::string schedule_limits(const Dims& d, int block_m) {
 // Whether every work item of the problem of k (its band and varlen fields set) costs the same: no
 // causal/window band (so no paired tiles), no varlen.
 bool uniform_items(const ForwardKernelParams& k) {
-  return k.window_left < 0 && k.window_right < 0 && k.maybe_cu_seqlens_q == nullptr;
+  return !sm90::banded(k.window_left, k.window_right) && k.maybe_cu_seqlens_q == nullptr;
 }
 
 // The persistent grid (one block per multiprocessor) where the head dim's policy asks for it, else
@@ -109,7 +119,7 @@ bool persistent_schedule(const ForwardTiles& tiles, const ForwardKernelParams& k
 // schedule (what the workspace query needs, without encoding the maps).
 void schedule_params(const ForwardParams& p, const Instance& inst, ForwardKernelParams* k) {
   const Dims d = resolve_dims(p);
-  const ForwardTiles tiles = sm90::forward_tiles(inst.head_dim);
+  const ForwardTiles tiles = tiles_for(inst, p);
   *k = ForwardKernelParams{};
   k->o = p.o.data;
   k->maybe_lse = p.maybe_lse;
@@ -141,7 +151,7 @@ void schedule_params(const ForwardParams& p, const Instance& inst, ForwardKernel
   const int64_t rows = k->pack_gqa ? d.seqlen_q * d.group : d.seqlen_q;
   // Tiles of unequal cost (a band) are paired for the persistent grid's static stride.
   k->m_blocks = static_cast<int>((rows + tiles.block_m() - 1) / tiles.block_m());
-  k->pair_tiles = (band.window_left >= 0 || band.window_right >= 0) && persistent_schedule(tiles, *k);
+  k->pair_tiles = sm90::banded(band.window_left, band.window_right) && persistent_schedule(tiles, *k);
   const int64_t per_head = k->pair_tiles ? 2 * ((k->m_blocks + 1) / 2) : k->m_blocks;
   k->num_items = static_cast<int>(per_head * d.batch * k->item_heads);
   k->split_round = ForwardKernelParams::kNoSplit;  // split_tail() decides, once the grid is known
@@ -159,7 +169,7 @@ void schedule_params(const ForwardParams& p, const Instance& inst, ForwardKernel
 Status kernel_params(const ForwardParams& p, const Instance& inst, ForwardKernelParams* k) {
   schedule_params(p, inst, k);
   const Dims d = resolve_dims(p);
-  const ForwardTiles tiles = sm90::forward_tiles(inst.head_dim);
+  const ForwardTiles tiles = tiles_for(inst, k->window_left, k->window_right);
   const int64_t map_batch = d.varlen ? 1 : d.batch;
   const auto map_rows = [&](int64_t seqlen) { return d.varlen ? std::max<int64_t>(1, d.batch * seqlen) : seqlen; };
   const struct {
@@ -275,7 +285,8 @@ Status cuda_sm90_forward_supported(const ForwardParams& p) {
   if (!(d.scale > 0.0f) || !std::isfinite(d.scale))
     return not_supported("softmax_scale " + std::to_string(d.scale) + " (takes finite positive scales)");
   if (const std::string limit = cuda_host::index_limits(d); !limit.empty()) return not_supported(limit);
-  if (const std::string limit = schedule_limits(d, sm90::forward_tiles(inst->head_dim).block_m()); !limit.empty())
+  const ForwardTiles tiles = tiles_for(*inst, p);
+  if (const std::string limit = schedule_limits(d, tiles.block_m()); !limit.empty())
     return not_supported(limit);
 
   cuda_host::Device device;
@@ -283,7 +294,6 @@ Status cuda_sm90_forward_supported(const ForwardParams& p) {
   if (device.major != 9 || device.minor != 0)
     return not_supported("compute capability " + std::to_string(device.major) + "." + std::to_string(device.minor) +
                          " (the sm_90a code runs on 9.0 only)");
-  const ForwardTiles tiles = sm90::forward_tiles(inst->head_dim);
   if (device.smem_optin < tiles.smem_bytes())
     return not_supported("head_dim " + std::to_string(d.head_dim) + " needs " + std::to_string(tiles.smem_bytes()) +
                          " bytes of shared memory per block, the device has " + std::to_string(device.smem_optin));
@@ -315,7 +325,7 @@ size_t cuda_sm90_forward_workspace(const ForwardParams& p) {
   const int device = current_device();
   if (device < 0) return 0;
   schedule_params(p, *inst, &k);
-  const ForwardTiles tiles = sm90::forward_tiles(inst->head_dim);
+  const ForwardTiles tiles = tiles_for(*inst, k.window_left, k.window_right);
   return split_tail(k, tiles, grid_blocks(k, tiles, device)).bytes;
 }
 
@@ -323,7 +333,7 @@ bool cuda_sm90_forward_packs_gqa(const ForwardParams& p) {
   const Instance* inst = pick_instance(p);
   if (inst == nullptr) return false;
   const Dims d = resolve_dims(p);
-  return sm90::pack_gqa(d.seqlen_q, d.group, sm90::forward_tiles(inst->head_dim).block_m());
+  return sm90::pack_gqa(d.seqlen_q, d.group, tiles_for(*inst, p).block_m());
 }
 
 Status cuda_sm90_forward(const ForwardParams& p, void* workspace, void* stream) {
@@ -337,7 +347,7 @@ Status cuda_sm90_forward(const ForwardParams& p, void* workspace, void* stream) 
   int device = 0;
   if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
     return {StatusCode::kInternal, std::string("cuda sm90 forward: cudaGetDevice failed: ") + cudaGetErrorString(e)};
-  const ForwardTiles tiles = sm90::forward_tiles(inst->head_dim);
+  const ForwardTiles tiles = tiles_for(*inst, k.window_left, k.window_right);
   const int blocks = grid_blocks(k, tiles, device);
   const auto cu_stream = static_cast<cudaStream_t>(stream);
   if (const SplitTail split = split_tail(k, tiles, blocks); split.bytes > 0) {

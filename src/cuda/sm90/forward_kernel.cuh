@@ -310,10 +310,11 @@ struct Barriers {
   uint64_t v_full[kStages], v_empty[kStages];
 };
 
-template <int kHeadDim, class T, bool kSoftcap>
-__global__ void __launch_bounds__(ForwardPolicy<kHeadDim>::kTiles.threads(), 1)
+// kBanded: the policy of problems with a band (policy.hpp), or of those without.
+template <int kHeadDim, bool kBanded, class T, bool kSoftcap>
+__global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threads(), 1)
     forward_kernel(const __grid_constant__ ForwardKernelParams p) {
-  constexpr ForwardTiles kTiles = ForwardPolicy<kHeadDim>::kTiles;
+  constexpr ForwardTiles kTiles = ForwardPolicy<kHeadDim, kBanded>::kTiles;
   constexpr int kBlockM = kTiles.block_m(), kBlockN = kTiles.block_n, kStages = kTiles.stages;
   constexpr int kRows = ForwardTiles::kRowsPerConsumer;
   constexpr int kConsumerThreads = kTiles.consumers * hw::kWarpgroupThreads;

@@ -77,7 +77,20 @@ struct ForwardTiles {
   constexpr int smem_bytes() const {
     return q_bytes() + stages * (kv_tile_bytes() + v_slot_bytes()) + kAlignment;
   }
+  // Every field: whether two policies compile to the same kernel.
+  constexpr bool operator==(const ForwardTiles& o) const {
+    return head_dim == o.head_dim && consumers == o.consumers && block_n == o.block_n && stages == o.stages &&
+           producer_registers == o.producer_registers && consumer_registers == o.consumer_registers &&
+           pingpong == o.pingpong && overlap == o.overlap && exp_under_pv == o.exp_under_pv &&
+           k_ahead == o.k_ahead && narrow_first == o.narrow_first && tree_reductions == o.tree_reductions &&
+           lazy_rescale == o.lazy_rescale && q_in_registers == o.q_in_registers &&
+           row_sums_by_pv == o.row_sums_by_pv && exp2_poly_share == o.exp2_poly_share && persistent == o.persistent;
+  }
 };
+
+// A band: causal or a sliding window (window sides as in ForwardKernelParams, < 0 unbounded), where
+// query tiles cost unequal work and the persistent grid pairs them.
+constexpr bool banded(int window_left, int window_right) { return window_left >= 0 || window_right >= 0; }
 
 // From the design note (docs/hopper_forward.md): d = 64 takes three consumers (the softmax is a
 // larger share of the work); above d = 128 the O accumulators (d / 2 registers per thread) leave
@@ -123,7 +136,18 @@ struct ForwardTiles {
 // (docs/perf.md, 2026-12-04, session 27): off everywhere.
 // The exponentials' packs (or row sums) moved past a basic-block boundary, apart from the MUFUs:
 // -2.5 to -6% at d = 128, flat within noise at d = 256 (H100, docs/perf.md, 2026-12-05): not kept.
-constexpr ForwardTiles forward_tiles(int head_dim) {
+// Problems without a band take their own tiles where they differ (banded = false below):
+// d = 128 three consumers of 64 x 80 tiles, Br = 192, three stages, turns in a ring of three without
+// the overlap (there are no registers for a second S tile at 160 a thread), Q from shared memory.
+// With two consumers each softmax (about 1.5 K cycles beside a wgmma warpgroup, tools/gpu/mufu_rate.cu)
+// outlasts the other's two GEMMs (about 1 K), and the tensor cores wait; with three, one softmax
+// runs under the two others' GEMMs. One process beside the two-consumer policy (H200, docs/perf.md,
+// 2026-12-06): non-causal +0.6 to +3.5% (n = 2k-16k), causal -6 to -5% at n = 4k-16k: the band
+// keeps two consumers. 64 x 64 tiles in four stages: -1 to -2% non-causal.
+constexpr ForwardTiles forward_tiles(int head_dim, bool banded) {
+  if (head_dim == 128 && !banded)
+    return {128, 3, 80, 3, 32, 160, true, false, false, false, false, true, true, false, true, 0,
+            Persistence::kAlways};
   switch (head_dim) {
     //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv k_ahead narrow_first
     //               tree lazy q_regs row_sums_by_pv exp2_poly_share persistent
@@ -163,9 +187,12 @@ static_assert(pack_gqa(1, 8, 128) && pack_gqa(63, 2, 128) && !pack_gqa(100, 2, 1
 
 inline constexpr int kMaxSmemBytes = 227 * 1024;  // opt-in shared memory per block on sm_90
 
-template <int kHeadDim>
+// The policies that one head dim compiles: its banded one, and its unbanded one where that differs.
+constexpr bool own_unbanded_tiles(int head_dim) { return !(forward_tiles(head_dim, false) == forward_tiles(head_dim, true)); }
+
+template <int kHeadDim, bool kBanded>
 struct ForwardPolicy {
-  static constexpr ForwardTiles kTiles = forward_tiles(kHeadDim);
+  static constexpr ForwardTiles kTiles = forward_tiles(kHeadDim, kBanded);
   static_assert(kTiles.head_dim == kHeadDim, "no sm90 tile policy for this head dim");
   static_assert(kHeadDim % 16 == 0, "Q K^T consumes the head dim 16 at a time");
   static_assert(kTiles.block_n % 16 == 0 && kTiles.block_n <= 256, "P V consumes keys 16 at a time; wgmma N <= 256");
