@@ -141,9 +141,10 @@ constexpr bool banded(int window_left, int window_right) { return window_left >=
 // the overlap (there are no registers for a second S tile at 160 a thread), Q from shared memory.
 // With two consumers each softmax (about 1.5 K cycles beside a wgmma warpgroup, tools/gpu/mufu_rate.cu)
 // outlasts the other's two GEMMs (about 1 K), and the tensor cores wait; with three, one softmax
-// runs under the two others' GEMMs. One process beside the two-consumer policy (H200, docs/perf.md,
-// 2026-12-06): non-causal +0.6 to +3.5% (n = 2k-16k), causal -6 to -5% at n = 4k-16k: the band
-// keeps two consumers. 64 x 64 tiles in four stages: -1 to -2% non-causal.
+// runs under the two others' GEMMs. One process beside the two-consumer policy (docs/perf.md,
+// 2026-12-06, n = 2k-16k): non-causal +0.6 to +3.5% (H200), +0.9 to +6% (H100); causal -6 to -5% at
+// n = 4k-16k (H200): the band keeps two consumers. 64 x 64 tiles in four stages: -0.5 to -2.5%
+// non-causal (H200); with k_ahead -1.4 to -3.6%, without tree reductions -0.2 to -3.2% (H100).
 constexpr ForwardTiles forward_tiles(int head_dim, bool banded) {
   if (head_dim == 128 && !banded)
     return {128, 3, 80, 3, 32, 160, true, false, false, false, false, true, true, false, true, 0,
