@@ -5,7 +5,7 @@ points of every round (work item) and phase, for its first blocks, one thread pe
 and each consumer warpgroup. This tool runs the benchmark's shape (16k tokens, hidden 2048, bf16) after
 a warm-up, then reads one call's stamps and prints, in cycles of the SM clock (medians over the traced
 blocks and rounds):
-  - each consumer's steady phase: turn to turn (P, two consumers' GEMMs), and from its turn to S done,
+  - each consumer's steady phase: turn to turn (P, every consumer's GEMMs), and from its turn to S done,
     to the softmax's end (the kWait0 stamp: ptxas places the P V wait above the softmax), to P packed;
   - an item's boundary: every event from consumer c's last full phase (the turn of phase N-1) to the
     next item's phase 1, and the excess of that span over 2 P (phase N's P V and phase 0's S are one
@@ -80,7 +80,10 @@ def main():
             idx = [i for i in range(1, phases) if ph(blk, role, r, i, ev["kTake"]) is not None]
             return max(idx) + 1 if idx else 0
 
-        n_of = {(blk, role, r): last_phase(blk, role, r) for blk in range(blocks) for role in (1, 2)
+        # The consumers' roles (1 .. kRoles - 1): those with stamps (the policy's consumer count).
+        consumers = [role for role in range(1, roles) if t[:, role].any()]
+        print(f"consumers: {len(consumers)}")
+        n_of = {(blk, role, r): last_phase(blk, role, r) for blk in range(blocks) for role in consumers
                 for r in range(rounds)}
 
         def n_phases(blk, role, r):
@@ -90,7 +93,7 @@ def main():
             return None if a is None or b_ is None else b_ - a
 
         periods = {}  # each consumer's steady turn-to-turn median
-        for role in (1, 2):
+        for role in consumers:
             period, to_s, to_pv, to_p, passed, k_ready, v_ready, turn_wait = ([] for _ in range(8))
             for blk in range(blocks):
                 for r in range(rounds):
@@ -130,13 +133,13 @@ def main():
                  "kFirstWait", "kFirstSoft"]
         print(f"item boundary, from consumer c's turn of phase N-1 (0 below), round k -> k + 1 (k + 1's events "
               f"marked '), excess = span - 2 P with P = {P}:")
-        print(f"  {'event':>12} {'consumer 0':>11} {'consumer 1':>11}")
+        print(f"  {'event':>12} " + " ".join(f"{'consumer ' + str(role - 1):>11}" for role in consumers))
         rows = {}
-        for role in (1, 2):
+        for role in consumers:
             for blk in range(blocks):
                 for r in range(rounds - 1):
                     N, N1 = n_phases(blk, role, r), n_phases(blk, role, r + 1)
-                    if N < 3 or N1 < 2:
+                    if N < 3 or N1 < 2 or N >= phases:  # N = kPhases: the item has more phases than stamped
                         continue
                     t0 = ph(blk, role, r, N - 1, ev["kTake"])
                     for name in names[:4]:
@@ -156,12 +159,16 @@ def main():
                         d_(t0, stamp(blk, 0, r + 1, ev["kQIssued"])))
         for (name, mark), by_role in rows.items():
             print(f"  {name.lstrip('k') + mark:>12} " + " ".join(f"{median(by_role.get(role, [])) or 0:>11.0f}"
-                                                              for role in (1, 2)))
-        for role in (1, 2):
-            spans = rows[("phase 1 turn", "'")][role]  # the boundary's span: phase N-1's turn to phase 1's
+                                                              for role in consumers))
+        for role in consumers:
+            # the boundary's span: phase N-1's turn to phase 1's
+            spans = [x for x in rows.get(("phase 1 turn", "'"), {}).get(role, []) if x is not None]
             m = median(spans)
-            print(f"consumer {role - 1}: boundary span {m}, excess over 2 P: {None if m is None else m - 2 * P} "
-                  f"({len([s for s in spans if s is not None])} boundaries)")
+            if not spans:
+                print(f"consumer {role - 1}: no boundary read (items of more than kPhases = {phases} phases)")
+                continue
+            print(f"consumer {role - 1}: boundary span {m}, excess over 2 P: {m - 2 * P} "
+                  f"({len(spans)} boundaries)")
         # The block's start: the producer's first stamp to consumer 0's first turn of phase 1.
         starts = [d_(stamp(blk, 0, 0, ev["kSegment"]), ph(blk, 1, 0, 1, ev["kTake"])) for blk in range(blocks)]
         print(f"ramp: producer's start -> consumer 0's phase 1 turn of round 0: {median(starts)}")

@@ -1,8 +1,9 @@
 // A timeline of the Hopper forward's roles, for measurements only (tools/gpu/timeline.py): built with
 // FLASHATTN_SM90_TIMELINE defined, the kernel stamps clock64 at named points of each round (item) and
 // phase into p.timeline, for the first kBlocks blocks and kRounds rounds, one thread per role (the
-// producer's, and thread 0 of each consumer warpgroup). Without the macro mark() is empty and the
-// kernel's code is unchanged. Record (block, role, round, slot) at
+// producer's, and thread 0 of each consumer warpgroup; a policy of fewer consumers leaves the last
+// roles' records zero). Without the macro mark() is empty and the kernel's code is unchanged.
+// Record (block, role, round, slot) at
 //   ((block kRoles + role) kRounds + round) kRoundSlots + slot,
 // slot = a Header event, or kHeader + kPerPhase phase + a Phase event (phase = the item's tile index; for the
 // producer, tile i's loads).
@@ -11,11 +12,14 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/sm90/policy.hpp"  // ForwardTiles::kMaxConsumers
+
 namespace flashattn::detail::sm90::timeline {
 
-inline constexpr int kBlocks = 8, kRoles = 3, kRounds = 24, kHeader = 16, kPhases = 136, kPerPhase = 7;
+inline constexpr int kBlocks = 8, kRoles = 4, kRounds = 24, kHeader = 16, kPhases = 136, kPerPhase = 7;
 inline constexpr int kRoundSlots = kHeader + kPhases * kPerPhase;
 inline constexpr size_t kRecords = size_t{kBlocks} * kRoles * kRounds * kRoundSlots;
+static_assert(kRoles == 1 + ForwardTiles::kMaxConsumers, "a role for the producer and each consumer warpgroup");
 
 // Round events (slots 0 .. kHeader - 1). Consumers:
 enum Header : int {
@@ -55,7 +59,8 @@ enum Phase : int {
 __device__ __forceinline__ void mark([[maybe_unused]] uint64_t* buf, [[maybe_unused]] int round,
                                      [[maybe_unused]] int slot) {
 #ifdef FLASHATTN_SM90_TIMELINE
-  if (buf == nullptr || threadIdx.x % 128 != 0 || blockIdx.x >= kBlocks || round >= kRounds || slot >= kRoundSlots)
+  if (buf == nullptr || threadIdx.x % 128 != 0 || threadIdx.x / 128 >= kRoles || blockIdx.x >= kBlocks ||
+      round >= kRounds || slot >= kRoundSlots)
     return;
   uint64_t t;
   asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));  // ordered among the volatile asm (waits, barriers)
