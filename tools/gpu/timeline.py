@@ -163,10 +163,11 @@ def main():
         for role in consumers:
             # the boundary's span: phase N-1's turn to phase 1's
             spans = [x for x in rows.get(("phase 1 turn", "'"), {}).get(role, []) if x is not None]
-            m = median(spans)
             if not spans:
-                print(f"consumer {role - 1}: no boundary read (items of more than kPhases = {phases} phases)")
+                print(f"consumer {role - 1}: no boundary read (items of fewer than 3 phases, or of more than "
+                      f"the {phases} stamped)")
                 continue
+            m = median(spans)
             print(f"consumer {role - 1}: boundary span {m}, excess over 2 P: {m - 2 * P} "
                   f"({len(spans)} boundaries)")
         # The block's start: the producer's first stamp to consumer 0's first turn of phase 1.

@@ -59,8 +59,7 @@ enum Phase : int {
 __device__ __forceinline__ void mark([[maybe_unused]] uint64_t* buf, [[maybe_unused]] int round,
                                      [[maybe_unused]] int slot) {
 #ifdef FLASHATTN_SM90_TIMELINE
-  if (buf == nullptr || threadIdx.x % 128 != 0 || threadIdx.x / 128 >= kRoles || blockIdx.x >= kBlocks ||
-      round >= kRounds || slot >= kRoundSlots)
+  if (buf == nullptr || threadIdx.x % 128 != 0 || blockIdx.x >= kBlocks || round >= kRounds || slot >= kRoundSlots)
     return;
   uint64_t t;
   asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));  // ordered among the volatile asm (waits, barriers)
