@@ -26,6 +26,7 @@
 #include "cuda/cuda_backend.hpp"
 #include "cuda/sm90/pack_gqa.hpp"
 #include "cuda/sm90/policy.hpp"
+#include "cuda/sm90/tail_groups.hpp"
 #include "cuda/support/cuda_test_util.hpp"
 #include "cuda/support/forward_problem.hpp"
 
@@ -396,6 +397,67 @@ TEST(Sm90ForwardPackGqa, RuleTakesThePackedPathForFewRows) {
   EXPECT_FALSE(packs(make(DType::kFloat16, 1, 192, 300, 4, 1, 64)));    // Br 192: full either way
 }
 
+// Tail groups (tile_scheduler.cuh; d = 128 without a band, Br = 192): the last query tiles whose
+// rows fill one consumer's slice (sq % 192 in 1 .. 64) of three (batch, head)s in one item, each
+// consumer on its own head's rows and K/V tiles. Groups of 3 and of fewer heads (4, 10 and 512
+// heads: 3 + 1, 3 + 3 + 3 + 1, 171 groups over more than one round of the grid), tails of 40, 11,
+// 64 and 1 rows, head dims served by the d = 128 instantiation (112), partial last key tiles (Bc =
+// 80), one key tile, softcap, a growing row maximum, no lse and strided rows. (GQA with such tails
+// always packs: fewer tiles. The split tail with groups first: the Split suite's d = 128 cases.)
+std::vector<Case> tail_group_cases() {
+  std::vector<Case> cases;
+  constexpr DType kBf16 = DType::kBFloat16, kFp16 = DType::kFloat16;
+  cases.push_back(make(kBf16, 1, 1000, 1000, 4, 4, 128));
+  cases.push_back(make(kFp16, 2, 203, 777, 5, 5, 112));
+  cases.push_back(make(kBf16, 2, 256, 333, 3, 3, 128));
+  cases.push_back(make(kFp16, 1, 193, 250, 2, 2, 128));
+  cases.push_back(make(kBf16, 16, 203, 100, 32, 32, 128));
+  cases.push_back(make(kBf16, 3, 203, 61, 3, 3, 128));
+  cases.push_back(softcap(make(kFp16, 1, 203, 300, 3, 3, 128), 5.0f));
+  cases.push_back(key_ramp(make(kBf16, 1, 1000, 900, 3, 3, 128), 8.0f));
+  add_strided_pair(cases, make(kBf16, 2, 1000, 500, 4, 4, 128));
+  return cases;
+}
+
+// The case must be one the sm90 path runs with tail groups (the strided pair's d = 64 case has none:
+// its policy does not group); then as check_case, with and without the split tail where it applies.
+class Sm90ForwardTailGroups : public ::testing::TestWithParam<Case> {};
+TEST_P(Sm90ForwardTailGroups, MatchesReferenceAndSm80) {
+  SKIP_UNLESS_HOPPER();
+  {
+    const std::unique_ptr<Problem> pb = new_problem(GetParam());
+    if (::testing::Test::HasFailure()) return;
+    if (GetParam().d > 64) {
+      ASSERT_GT(fd::cuda_sm90_forward_tail_groups(pb->params()), 0) << "the case must make tail groups";
+    } else {
+      ASSERT_EQ(fd::cuda_sm90_forward_tail_groups(pb->params()), 0) << "d = 64's policy makes no tail groups";
+    }
+  }
+  check_case(GetParam());
+}
+
+// The rule (forward.cu, schedule_params): groups where the last tile's rows fill one slice of the
+// d = 128 unbanded policy, (heads + 2) / 3 of them; none for two slices' rows, full tiles, a band,
+// one head, pack-GQA or another head dim's policy.
+TEST(Sm90ForwardTailGroups, RuleGroupsOneSliceTails) {
+  SKIP_UNLESS_HOPPER();
+  static_assert(fd::sm90::forward_tiles(128, false).block_m() == 192 && fd::sm90::forward_tiles(128, false).group_tails);
+  const auto groups = [](const Case& c) {
+    const std::unique_ptr<Problem> pb = new_problem(c);
+    return pb == nullptr || ::testing::Test::HasFailure() ? -1 : fd::cuda_sm90_forward_tail_groups(pb->params());
+  };
+  EXPECT_EQ(groups(make(DType::kBFloat16, 4, 4096, 4096, 16, 16, 128)), 22);  // 64 heads, 4096 = 21 x 192 + 64
+  EXPECT_EQ(groups(make(DType::kBFloat16, 1, 1000, 300, 4, 4, 128)), 2);
+  EXPECT_EQ(groups(make(DType::kBFloat16, 1, 1000, 300, 4, 2, 128)), 0);    // GQA: packs
+  EXPECT_EQ(groups(make(DType::kBFloat16, 1, 1100, 300, 4, 4, 128)), 0);    // 1100 = 5 x 192 + 140
+  EXPECT_EQ(groups(make(DType::kBFloat16, 1, 384, 300, 4, 4, 128)), 0);     // full tiles
+  EXPECT_EQ(groups(causal(make(DType::kBFloat16, 1, 1000, 1000, 4, 4, 128))), 0);
+  EXPECT_EQ(groups(make(DType::kBFloat16, 1, 1000, 300, 1, 1, 128)), 0);    // one head
+  EXPECT_EQ(groups(make(DType::kBFloat16, 1, 1, 300, 8, 1, 128)), 0);       // pack-GQA
+  EXPECT_EQ(groups(make(DType::kBFloat16, 1, 1000, 300, 4, 4, 256)), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardTailGroups, ::testing::ValuesIn(tail_group_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardSmall, ::testing::ValuesIn(small_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardLarge, ::testing::ValuesIn(large_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardVarlen, ::testing::ValuesIn(varlen_cases()), case_name);

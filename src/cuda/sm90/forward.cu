@@ -21,6 +21,7 @@
 #include "cuda/sm90/kernel_params.hpp"
 #include "cuda/sm90/launch_forward.hpp"
 #include "cuda/sm90/pack_gqa.hpp"
+#include "cuda/sm90/tail_groups.hpp"
 #include "cuda/sm90/policy.hpp"
 #include "cuda/sm90/split_tail.cuh"  // SplitLayout
 
@@ -152,8 +153,16 @@ void schedule_params(const ForwardParams& p, const Instance& inst, ForwardKernel
   // Tiles of unequal cost (a band) are paired for the persistent grid's static stride.
   k->m_blocks = static_cast<int>((rows + tiles.block_m() - 1) / tiles.block_m());
   k->pair_tiles = sm90::banded(band.window_left, band.window_right) && persistent_schedule(tiles, *k);
+  // Tail groups (tile_scheduler.cuh): each (batch, head)'s last tile, when its rows fill one
+  // consumer's slice, goes into a group of three heads' such tiles.
+  const int64_t heads = d.batch * k->item_heads;
+  const int64_t tail_rows = rows - (k->m_blocks - 1) * int64_t{tiles.block_m()};
+  k->tail_groups = 0;
+  if (tiles.group_tails && !sm90::banded(band.window_left, band.window_right) && !d.varlen && !k->pack_gqa &&
+      tail_rows <= ForwardTiles::kRowsPerConsumer && heads >= 2)
+    k->tail_groups = static_cast<int>((heads + 2) / 3);
   const int64_t per_head = k->pair_tiles ? 2 * ((k->m_blocks + 1) / 2) : k->m_blocks;
-  k->num_items = static_cast<int>(per_head * d.batch * k->item_heads);
+  k->num_items = static_cast<int>(k->tail_groups > 0 ? k->tail_groups + heads * (k->m_blocks - 1) : per_head * heads);
   k->split_round = ForwardKernelParams::kNoSplit;  // split_tail() decides, once the grid is known
   k->softcap = p.softcap;
   k->softcap_to_exp2 = p.softcap > 0.0f ? d.scale / p.softcap * 2.0f * cuda::kLog2e : 0.0f;
@@ -180,8 +189,10 @@ Status kernel_params(const ForwardParams& p, const Instance& inst, ForwardKernel
     const char* name;
   } maps[] = {{&k->q_map, p.q, map_rows(d.seqlen_q), d.heads_q, tiles.block_m(), "q"},
               {&k->k_map, p.k, map_rows(d.seqlen_k), d.heads_kv, tiles.block_n, "k"},
-              {&k->v_map, p.v, map_rows(d.seqlen_k), d.heads_kv, tiles.block_n, "v"}};
+              {&k->v_map, p.v, map_rows(d.seqlen_k), d.heads_kv, tiles.block_n, "v"},
+              {&k->q_slice_map, p.q, map_rows(d.seqlen_q), d.heads_q, ForwardTiles::kRowsPerConsumer, "q"}};
   for (const auto& m : maps) {
+    if (m.map == &k->q_slice_map && k->tail_groups == 0) continue;  // read by tail groups only
     const bool packed_rows = d.varlen && m.map != &k->q_map;
     const Status s =
         packed_rows ? cuda::sm90::make_packed_rows_tensor_map(m.map, p.dtype, m.t.data, m.seqlen, m.heads, d.head_dim,
@@ -245,6 +256,9 @@ SplitTail split_tail(const ForwardKernelParams& k, const ForwardTiles& tiles, in
   constexpr long long kMinIdleTiles = 12;
   if (key_tiles < 2 || idle == 0 || (!force_split && idle * key_tiles < kMinIdleTiles * blocks)) return split;
   split.round = k.num_items / blocks - 1;
+  // Tail groups (items 0 .. tail_groups - 1, each three heads' tails) stay whole: in the rounds
+  // before the split, whose units are key tiles of one head's item.
+  if (static_cast<long long>(split.round) * blocks < k.tail_groups) return SplitTail{};
   split.key_tiles = key_tiles;
   split.units = static_cast<long long>(k.num_items - split.round * blocks) * key_tiles;
   if (split.units > std::numeric_limits<int32_t>::max()) return SplitTail{};  // 32-bit unit indices
@@ -334,6 +348,14 @@ bool cuda_sm90_forward_packs_gqa(const ForwardParams& p) {
   if (inst == nullptr) return false;
   const Dims d = resolve_dims(p);
   return sm90::pack_gqa(d.seqlen_q, d.group, tiles_for(*inst, p).block_m());
+}
+
+int cuda_sm90_forward_tail_groups(const ForwardParams& p) {
+  const Instance* inst = pick_instance(p);
+  if (inst == nullptr || p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return 0;
+  ForwardKernelParams k;
+  schedule_params(p, *inst, &k);
+  return k.tail_groups;
 }
 
 Status cuda_sm90_forward(const ForwardParams& p, void* workspace, void* stream) {

@@ -182,11 +182,13 @@ struct Progress {
   __device__ __forceinline__ uint32_t q_parity() const { return (bits & kQOdd) ? 1u : 0u; }
   __device__ __forceinline__ bool started() const { return (bits & kStarted) != 0; }
   // The round is done, its item having consumed n_tiles K/V tiles and, when n_tiles > 0, a Q tile
-  // (pack-GQA counts one too, and never waits for q_full).
-  __device__ __forceinline__ void next_item(int n_tiles) {
+  // (pack-GQA counts one too, and never waits for q_full). turns = false: the item took no turns
+  // (a tail group), so it does not start the ring.
+  __device__ __forceinline__ void next_item(int n_tiles, bool turns = true) {
     const uint32_t item = (bits >> kItemShift) + 1;
     if (n_tiles > 0)
-      bits = static_cast<uint32_t>((tiles() + n_tiles) % kTileModulus) | ((bits & kQOdd) ^ kQOdd) | kStarted;
+      bits = static_cast<uint32_t>((tiles() + n_tiles) % kTileModulus) | ((bits & kQOdd) ^ kQOdd) |
+             (turns ? kStarted : bits & kStarted);
     bits = (bits & ((1u << kItemShift) - 1)) | (item << kItemShift);
   }
 };
@@ -342,6 +344,8 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
   using Softmax = OnlineSoftmax<kTiles.tree_reductions, kTiles.lazy_rescale, kRowSums>;
   // Q from registers: loaded once per item, after which the Q tile is free for the next item's load.
   constexpr bool kQRegs = kTiles.q_in_registers;
+  // Tail groups (tile_scheduler.cuh): three heads' one-slice last tiles in one item.
+  constexpr bool kGroupTails = kTiles.group_tails;
 
   extern __shared__ uint8_t smem_raw[];
   __shared__ alignas(8) Barriers<kStages> bars;
@@ -406,13 +410,21 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
         const auto load_tile = [&](const WorkTile& t, uint64_t(&full)[kStages], uint64_t(&empty)[kStages],
                                    uint32_t slot_addr0, int slot_bytes, const CUtensorMap& map, int i, int event) {
           const int tile = g + i, slot = slot_of(tile);
+          // A tail group's tile i: walk position i / tail_heads of head i % tail_heads.
+          int walk = i, kv_head = h_kv, batch = t.tma_batch;
+          if constexpr (kGroupTails) {
+            if (t.tail_heads > 0) {
+              const int bh = t.tail_bh0 + i % t.tail_heads, b = bh / p.item_heads;
+              walk = i / t.tail_heads, kv_head = (bh - b * p.item_heads) / p.group, batch = b;
+            }
+          }
           // Varlen (packed-rows maps): the box at (col, i0, row0) with i0 = min(start, 0) <= 0, so
           // that its rows before the sequence's first (start < 0: a sequence shorter than Bc) read
           // as zeros. Else (col, row, head, batch).
-          const int start = t.key_tile_start<kBlockN>(t.tiles.n_end - 1 - i);
+          const int start = t.key_tile_start<kBlockN>(t.tiles.n_end - 1 - walk);
           const int i0 = t.shift_tail ? min(start, 0) : 0;
-          const int c1 = t.shift_tail ? i0 : start, c2 = t.shift_tail ? t.k_row0 + start - i0 : h_kv;
-          const int c3 = t.shift_tail ? h_kv : t.tma_batch;
+          const int c1 = t.shift_tail ? i0 : start, c2 = t.shift_tail ? t.k_row0 + start - i0 : kv_head;
+          const int c3 = t.shift_tail ? kv_head : batch;
           hw::mbarrier_wait(bar(empty[slot]), parity_of(tile) ^ 1);
           tl::mark(p.timeline, k, tl::phase_slot(i, event));
           hw::mbarrier_arrive_expect_tx(bar(full[slot]), KTile::kBytes);
@@ -425,7 +437,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
         if (!done) {
           const WorkTile w = work_tile<kBlockM, kBlockN>(p, segment);
           h_kv = w.h / p.group;
-          if (w.tiles.count() > 0) load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, 0, tl::kKLoad);
+          if (w.tile_count() > 0) load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, 0, tl::kKLoad);
         }
         // Round k's ItemInfo, into slot k % 4: its last round, k - 4, ended (epilogue included)
         // before the consumers passed q_empty's phase k - 3 (or later), which the producer waited for
@@ -439,20 +451,35 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
         asm volatile("" ::: "memory");  // what follows reads info.w from shared memory
 #pragma unroll
         for (int c = 0; c < kTiles.consumers; ++c) {
-          info.slices[c] = info.w.slice_tiles<kBlockN>(info.w.q_tile_row0 + c * kRows, kRows, p.group, p.pack_gqa);
+          // A tail group's consumers each hold the tile's first 64 rows, of their own heads.
+          const int slice_row0 = kGroupTails && info.w.tail_heads > 0 ? 0 : c * kRows;
+          info.slices[c] = info.w.slice_tiles<kBlockN>(info.w.q_tile_row0 + slice_row0, kRows, p.group, p.pack_gqa);
           asm volatile("" ::: "memory");
         }
         // The loop's fields, back in registers (the mbarrier waits would have them reloaded from
         // shared memory on every tile).
         const WorkTile w = info.w;
-        const int n_tiles = w.tiles.count();
+        const int n_tiles = w.tile_count();
         // Then, once the consumers are done with round k - 1's Q tile (so that every consumer has
         // passed item_full's phase k - 1, and q_full's last phase is complete): item_full's phase k,
         // and the item's Q tile by TMA (none without key tiles, with pack-GQA, or when done).
         hw::mbarrier_wait(bar(bars.q_empty), static_cast<uint32_t>(k & 1) ^ 1);
         hw::mbarrier_arrive(bar(bars.item_full));
         tl::mark(p.timeline, k, tl::kPublished);
-        if (n_tiles > 0 && !p.pack_gqa) {
+        const bool tail_group = kGroupTails && w.tail_heads > 0;
+        if (tail_group) {
+          // Each head's 64 rows into its consumer's slice of the Q tile (rows 64 c.. of every
+          // column block), with the one-slice boxes of q_slice_map.
+          constexpr int kSliceBytes = QTile::kBytes / kTiles.consumers;
+          hw::mbarrier_arrive_expect_tx(bar(bars.q_full), w.tail_heads * kSliceBytes);
+          for (int c = 0; c < w.tail_heads; ++c) {
+            const int bh = w.tail_bh0 + c, b = bh / p.item_heads;
+#pragma unroll
+            for (int cb = 0; cb < QTile::kColBlocks; ++cb)
+              hw::tma_load(q_addr + QTile::col_block_offset(cb) + c * kRows * hw::kSw128Bytes, p.q_slice_map,
+                           bar(bars.q_full), hw::kSw128Cols * cb, w.q_tile_row0, bh - b * p.item_heads, b);
+          }
+        } else if (n_tiles > 0 && !p.pack_gqa) {
           hw::mbarrier_arrive_expect_tx(bar(bars.q_full), QTile::kBytes);
 #pragma unroll
           for (int cb = 0; cb < QTile::kColBlocks; ++cb)
@@ -461,12 +488,23 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
           tl::mark(p.timeline, k, tl::kQIssued);
         }
         if (done) break;
-        // Then per tile i: K(i) (K(0) above), K(i + 1) ahead (kKAhead), V(i).
-        for (int i = 0; i < n_tiles; ++i) {
-          if (i > 0 && !kKAhead) load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, i, tl::kKLoad);
-          if (kKAhead && i + 1 < n_tiles)
-            load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, i + 1, tl::kKLoad);
-          load_tile(w, bars.v_full, bars.v_empty, v_addr0, kVSlotBytes, p.v_map, i, tl::kVLoad);
+        if (tail_group) {
+          // K two tiles ahead of V: a consumer holds its V(i) until its own P V, and V(i + 3) takes
+          // that slot, so V(i + 1)'s wait must not hold back the next heads' K tiles.
+          for (int i = 0; i < n_tiles; ++i) {
+            if (i == 0 && n_tiles > 1) load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, 1, tl::kKLoad);
+            if (i + 2 < n_tiles)
+              load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, i + 2, tl::kKLoad);
+            load_tile(w, bars.v_full, bars.v_empty, v_addr0, kVSlotBytes, p.v_map, i, tl::kVLoad);
+          }
+        } else {
+          // Then per tile i: K(i) (K(0) above), K(i + 1) ahead (kKAhead), V(i).
+          for (int i = 0; i < n_tiles; ++i) {
+            if (i > 0 && !kKAhead) load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, i, tl::kKLoad);
+            if (kKAhead && i + 1 < n_tiles)
+              load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, i + 1, tl::kKLoad);
+            load_tile(w, bars.v_full, bars.v_empty, v_addr0, kVSlotBytes, p.v_map, i, tl::kVLoad);
+          }
         }
         g += n_tiles;
       }
@@ -491,7 +529,10 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
     const Info& item = info(progress.k());
     if (warp_uniform(item.segment.item) >= p.num_items) break;
     const WorkTile& w = item.w;
-    const int n_tiles = warp_uniform(w.tiles.count());
+    const int n_tiles = warp_uniform(w.tile_count());
+    // A tail group (tile_scheduler.cuh): consumer c computes the tile's first 64 rows of the c-th
+    // head, from its slice of the Q tile, over that head's tiles (every tail_heads-th K/V tile).
+    const bool tail_group = kGroupTails && warp_uniform(w.tail_heads) > 0;
     // Without a Q tile by TMA (no key tiles, or pack-GQA: the consumers copy Q), q_empty's phase k
     // only frees the ItemInfo slot of round k - 1 (read in its epilogue, which is done).
     if (n_tiles == 0 || p.pack_gqa) release_q_loaded();
@@ -502,9 +543,9 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
     const ConsumerThread me = consumer_thread();
     const int c = me.c, lane = me.lane;
     const int g_row = lane / 4, quad_lane = lane % 4;
-    const int slice_row0 = c * kRows;                 // of the Q tile
-    const int warp_row0 = slice_row0 + 16 * me.warp;  // of the Q tile
-    const uint32_t q_slice = q_addr + slice_row0 * hw::kSw128Bytes;  // rows 64 c.. of every column block
+    const int slice_row0 = tail_group ? 0 : c * kRows;  // of the item's rows at the Q tile's row 0
+    const int warp_row0 = slice_row0 + 16 * me.warp;    // of the Q tile (a tail group: of the head's)
+    const uint32_t q_slice = q_addr + c * kRows * hw::kSw128Bytes;  // rows 64 c.. of every column block
     const GemmTurns<kTiles.consumers, kTiles.pingpong> turns{c};
     const int row0 = w.q_tile_row0 + warp_row0 + g_row;  // this thread's queries: row0 and row0 + 8
 
@@ -597,7 +638,54 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
       for (int x = 0; x < kOAcc; ++x) o[x] = 0.0f;
       Softmax softmax;
       softmax.init();
-      if constexpr (!kTiles.pingpong && !kTiles.overlap) {
+      if (tail_group) {
+        // Consumer c's tiles are g_begin + c + H j (H = tail_heads; key tile n_end - 1 - j of its
+        // head), one GEMM at a time: the two other consumers' GEMMs run under its softmax, as in
+        // the ring of turns, which a tail group does not take (no phase of it counts in the ring).
+        // The tiles in between are the other heads': their K released before this S, their V before
+        // this P V (V(i + 1) lands after K(i + 3), the producer's order for tail groups), once landed.
+        const int heads = warp_uniform(w.tail_heads), n_last = warp_uniform(w.tiles.n_end) - 1;
+        int released = g_begin;  // the tiles before it are released
+        if (c < heads) {
+          for (int g = g_begin + c; g < g_end; g += heads) {
+            const int n = n_last - (g - g_begin) / heads;
+            for (int x = released; x < g; ++x) {
+              wait_k(x);
+              release_k(x);
+            }
+            float s[kS];
+            wait_k(g);
+            score(s, g);
+            hw::wgmma_wait<0>();
+            hw::wgmma_fence_operand(s);
+            s_retired();
+            release_k(g);
+            modify_scores<kSoftcap, kBlockN>(s, p, w, row0, n, quad_lane,
+                                             n < mine.whole.n_begin || n >= mine.whole.n_end);
+            softmax.update(s, o, score_scale_log2);
+            uint32_t pa[kPSteps][4];
+            pack_p<T>(pa, s);
+            for (int x = released; x < g; ++x) {
+              wait_v(x);
+              release_v(x);
+            }
+            wait_v(g);
+            issue_pv(o, pa, g, false);
+            hw::wgmma_wait<0>();
+            hw::wgmma_fence_operand(o);
+            keep_alive(pa);
+            release_v(g);
+            released = g + 1;
+          }
+        }
+        release_q();
+        for (int x = released; x < g_end; ++x) {  // the other heads' last tiles (all of them: c >= H)
+          wait_k(x);
+          release_k(x);
+          wait_v(x);
+          release_v(x);
+        }
+      } else if constexpr (!kTiles.pingpong && !kTiles.overlap) {
         // Step 1: one GEMM at a time; the tiles before g_first waited for and released unread (a
         // slot frees once every consumer has released it, and is refilled only after).
         for (int g = g_begin; g < g_end; ++g) {
@@ -819,11 +907,20 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
     // only; a row's place is (query, head) = (row, e.h), or under pack-GQA (row / group, e.h + row %
     // group).
     const int warp_r0 = e.q_tile_row0 + e_warp_row0;
+    // A tail group's consumer stores its own head's rows (none: a consumer past the group's heads).
+    int e_b = e.b, e_h = e.h, e_r1 = e.r1;
+    if constexpr (kGroupTails) {
+      if (e.tail_heads > 0) {
+        const int bh = e.tail_bh0 + c;
+        e_b = bh / p.item_heads, e_h = bh - e_b * p.item_heads;
+        if (c >= e.tail_heads) e_r1 = e.r0;
+      }
+    }
     const auto query_head = [&](int row) {
       const int query = p.pack_gqa ? row / p.group : row;
-      return int2{query, e.h + (row - (p.pack_gqa ? query * p.group : row))};
+      return int2{query, e_h + (row - (p.pack_gqa ? query * p.group : row))};
     };
-    T* out = static_cast<T*>(p.o) + e.b * p.o_batch_stride + int64_t{e.q_row0} * p.o_row_stride;
+    T* out = static_cast<T*>(p.o) + e_b * p.o_batch_stride + int64_t{e.q_row0} * p.o_row_stride;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int item_row = warp_r0 + e_g + 8 * r;
@@ -832,23 +929,24 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
 #pragma unroll
       for (int j4 = 0; j4 < kO / 16; ++j4) {  // groups 4 j4 .. 4 j4 + 3; this thread stores 4 j4 + quad
         const uint4 group = cuda::transpose_quad(&o_packed[r][4 * j4], e_quad);
-        if (item_row >= e.r0 && item_row < e.r1 && 8 * (4 * j4 + e_quad) < p.head_dim)
+        if (item_row >= e.r0 && item_row < e_r1 && 8 * (4 * j4 + e_quad) < p.head_dim)
           *reinterpret_cast<uint4*>(out_row + 32 * j4) = group;
       }
     }
     if (p.maybe_lse != nullptr && e_quad == 0) {
-      float* lse_rows = p.maybe_lse + e.b * p.lse_batch_stride + e.q_row0;
+      float* lse_rows = p.maybe_lse + e_b * p.lse_batch_stride + e.q_row0;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int item_row = warp_r0 + e_g + 8 * r;
-        if (item_row >= e.r0 && item_row < e.r1) {
+        if (item_row >= e.r0 && item_row < e_r1) {
           const int2 qh = query_head(item_row);
           lse_rows[qh.y * p.lse_head_stride + qh.x] = lse[r];
         }
       }
     }
     tl::mark(p.timeline, progress.k(), tl::kStored);
-    progress.next_item(e.tiles.count());  // n_tiles, not kept in a register over the epilogue
+    // n_tiles, not kept in a register over the epilogue; a tail group took no turns.
+    progress.next_item(e.tile_count(), !(kGroupTails && e.tail_heads > 0));
   }
   const GemmTurns<kTiles.consumers, kTiles.pingpong> turns{consumer_thread().c};
   turns.finish(/*any_phase=*/progress.started());

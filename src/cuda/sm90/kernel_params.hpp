@@ -20,6 +20,9 @@ struct ForwardKernelParams {
   CUtensorMap q_map;  // [batch, seqlen_q, heads_q,  head_dim]
   CUtensorMap k_map;  // [batch, seqlen_k, heads_kv, head_dim]; varlen: [Bc, total_k, heads_kv] rows
   CUtensorMap v_map;  // [batch, seqlen_k, heads_kv, head_dim]; varlen: as k_map
+  // Tail groups (tail_groups > 0): q in boxes of one consumer's 64 rows, a head's rows of a group
+  // item into its consumer's slice of the Q tile; unset (and unread) otherwise.
+  CUtensorMap q_slice_map;
 
   // Pack-GQA (tile_scheduler.cuh): the consumers copy Q's packed rows themselves, 16 bytes at a
   // time, from here (the map cannot express the packing); varlen: q_batch_stride = 0.
@@ -49,7 +52,12 @@ struct ForwardKernelParams {
   // 0 .. num_items - 1 and run with a static stride over the grid.
   int m_blocks;     // query tiles per (batch, head): ceil(rows / Br), rows = seqlen_q (x group packed)
   bool pair_tiles;  // items are pairs (tile M-1-j, tile j) of one (batch, head): causal/window bands
-  int num_items;    // batch * item_heads * (pair_tiles ? 2 ceil(m_blocks / 2) : m_blocks)
+  int num_items;    // batch * item_heads * (pair_tiles ? 2 ceil(m_blocks / 2) : m_blocks), or with
+                    // tail groups tail_groups + batch * item_heads * (m_blocks - 1)
+  // Tail groups (policy group_tails, tile_scheduler.cuh): items 0 .. tail_groups - 1 each hold the
+  // last query tile (rows in one consumer's slice) of (batch, head)s 3 i .. 3 i + 2 (fewer in the
+  // last group), consumer c on the c-th; the items after them the other tiles. 0: none.
+  int tail_groups;
 
   // The split tail (tile_scheduler.cuh, block_segment): the block's rounds from split_round on run
   // the items from split_round G on as U units (item, key tile), key_tiles per item; block x takes

@@ -55,6 +55,10 @@ struct ForwardTiles {
   int exp2_poly_share;     // > 0: in the tiles every row sees whole, one in this many 8-column blocks
                            // takes its exponentials on the FMA pipe (softmax.cuh); 0: all on the SFU
   Persistence persistent;
+  bool group_tails;        // three consumers, no band: the last query tiles whose rows fill one
+                           // consumer's slice (rows % Br in 1 .. 64), of up to three (batch, head)s, run
+                           // as one item, consumer c on head c over its own K/V tiles
+                           // (tile_scheduler.cuh: tail groups); false: each its own item
 
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kRowsPerConsumer = 64;
@@ -84,7 +88,8 @@ struct ForwardTiles {
            pingpong == o.pingpong && overlap == o.overlap && exp_under_pv == o.exp_under_pv &&
            k_ahead == o.k_ahead && narrow_first == o.narrow_first && tree_reductions == o.tree_reductions &&
            lazy_rescale == o.lazy_rescale && q_in_registers == o.q_in_registers &&
-           row_sums_by_pv == o.row_sums_by_pv && exp2_poly_share == o.exp2_poly_share && persistent == o.persistent;
+           row_sums_by_pv == o.row_sums_by_pv && exp2_poly_share == o.exp2_poly_share && persistent == o.persistent &&
+           group_tails == o.group_tails;
   }
 };
 
@@ -148,27 +153,27 @@ constexpr bool banded(int window_left, int window_right) { return window_left >=
 constexpr ForwardTiles forward_tiles(int head_dim, bool banded) {
   if (head_dim == 128 && !banded)
     return {128, 3, 80, 3, 32, 160, true, false, false, false, false, true, true, false, true, 0,
-            Persistence::kAlways};
+            Persistence::kAlways, true};
   switch (head_dim) {
     //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv k_ahead narrow_first
-    //               tree lazy q_regs row_sums_by_pv exp2_poly_share persistent
+    //               tree lazy q_regs row_sums_by_pv exp2_poly_share persistent group_tails
     case 64:
       return {64, 3, 128, 2, 32, 160, true, false, false, false, true, false, true, false, true, 0,
-              Persistence::kAlways};
+              Persistence::kAlways, false};
     case 96:
       return {96, 2, 128, 2, 40, 232, true, true, false, false, false, true, true, true, false, 0,
-              Persistence::kAlways};
+              Persistence::kAlways, false};
     case 128:
       return {128, 2, 128, 2, 40, 232, true, true, false, false, false, true, true, true, true, 0,
-              Persistence::kAlways};
+              Persistence::kAlways, false};
     case 192:
       return {192, 2, 96, 2, 40, 232, true, true, false, false, false, true, true, false, false, 0,
-              Persistence::kAlways};
+              Persistence::kAlways, false};
     case 256:
       return {256, 2, 80, 2, 24, 240, false, true, false, false, false, true, true, false, false, 0,
-              Persistence::kAlways};
+              Persistence::kAlways, false};
     default:
-      return {0, 0, 0, 0, 0, 0, false, false, false, false, false, false, false, false, false, 0, Persistence::kNever};
+      return {0, 0, 0, 0, 0, 0, false, false, false, false, false, false, false, false, false, 0, Persistence::kNever, false};
   }
 }
 
@@ -209,6 +214,10 @@ struct ForwardPolicy {
                 "a narrow S is a wgmma of N = Bc / 2, 64 keys a step");
   static_assert(kTiles.exp2_poly_share >= 0, "a share of 1 in exp2_poly_share blocks, or 0 for none");
   static_assert(kTiles.smem_bytes() <= kMaxSmemBytes, "shared memory per block");
+  static_assert(!kTiles.group_tails || kTiles.consumers == ForwardTiles::kMaxConsumers,
+                "a tail group runs one (batch, head) on each of three consumers");
+  static_assert(!kTiles.group_tails || (!kTiles.q_in_registers && kTiles.pingpong && !kTiles.overlap),
+                "a tail group's consumers read Q from shared memory, and the policy's phases hold one S tile");
   static_assert(!kTiles.row_sums_by_pv || kHeadDim % 64 == 0, "P V's ones columns start a column block of their own");
   static_assert(kTiles.producer_registers + kTiles.consumers * kTiles.consumer_registers <=
                     (1 + kTiles.consumers) * kTiles.launch_registers(),

@@ -33,6 +33,16 @@
 // two merge their online-softmax states in the workspace (split_tail.cuh). A block's range spans
 // about 1.5 items, so the tail's concurrent items stay within a few heads (K/V in L2).
 //
+// Tail groups (policy group_tails; p.tail_groups > 0, chosen on the host: three consumers, no band,
+// no varlen, no pack-GQA, and a last query tile whose rows fill one consumer's slice, rows % Br in
+// 1 .. 64): a tile with rows for one consumer costs about what a full one does (that consumer's
+// S, softmax and P V in a chain, the two others idle), 4096 = 21 x 192 + 64 making it 3% of the
+// work at n = 4k. Items 0 .. tail_groups - 1 instead each hold the last tiles of three (batch,
+// head)s, 3 i .. 3 i + 2 (fewer in the last group), consumer c computing the c-th head's rows over
+// that head's K/V tiles (the producer interleaves the heads' tiles, each consumer releases the
+// others' unread), so three tails cost about one item. They come first: the first round, never the
+// split tail's (whose units count key tiles of whole items).
+//
 // Pack-GQA (p.pack_gqa; policy.hpp): items are (tile, kv head, batch) and a tile's rows are
 // pack-GQA rows r = i group + g, query i of query head h_kv group + g: rows [r0, r1) of the tile
 // hold queries [r0 / group, (r1 - 1) / group] of every head of the group. The band (causal/window)
@@ -130,8 +140,14 @@ struct WorkTile {
                         // its rows before the sequence zeros (forward_kernel.cuh: load_tile)
   sm80::Band band;
   TileRange tiles;      // key tiles that queries [i0, i1) see
+  int tail_heads;       // a tail group (above): the (batch, head)s it holds, 1-3, consumer c on the
+                        // one numbered tail_bh0 + c (b, h: the first); 0: an item of one (b, h)
+  int tail_bh0;
 
   __device__ __forceinline__ bool empty() const { return r0 >= r1; }
+  // The item's K/V tiles: `tiles` walked once, or by each head of a tail group, interleaved (the
+  // group's tile i: its head i % tail_heads, walk position i / tail_heads).
+  __device__ __forceinline__ int tile_count() const { return tail_heads > 0 ? tail_heads * tiles.count() : tiles.count(); }
 
   // First key held by the K/V box of key tile n: n Bc, or sk - Bc when tile n runs past the
   // sequence's end (varlen).
@@ -167,10 +183,16 @@ template <int kBlockM, int kBlockN>
 __device__ __forceinline__ WorkTile work_tile(const ForwardKernelParams& p, const Segment& segment) {
   const int item = segment.item;
   WorkTile w;
-  // Item -> (batch, head) and the pair or tile index within it.
+  // Item -> (batch, head) and the pair or tile index within it; tail groups first (their heads'
+  // last tiles), then the other tiles.
   const int pairs = (p.m_blocks + 1) / 2;
-  const int per_head = p.pair_tiles ? 2 * pairs : p.m_blocks;
-  const int bh = item / per_head, local = item - bh * per_head;
+  const bool tail_group = item < p.tail_groups;
+  const int per_head = p.pair_tiles ? 2 * pairs : p.m_blocks - (p.tail_groups > 0 ? 1 : 0);
+  const int after_groups = item - p.tail_groups;
+  const int bh = tail_group ? 3 * item : after_groups / per_head;
+  const int local = tail_group ? -1 : after_groups - bh * per_head;
+  w.tail_heads = tail_group ? min(3, p.batch * p.item_heads - bh) : 0;
+  w.tail_bh0 = bh;
   w.b = bh / p.item_heads;
   w.h = bh - w.b * p.item_heads;
   if (p.pack_gqa) w.h *= p.group;
@@ -206,7 +228,9 @@ __device__ __forceinline__ WorkTile work_tile(const ForwardKernelParams& p, cons
     m = (local & 1) ? (j < m_b / 2 ? j : -1) : (j < (m_b + 1) / 2 ? m_b - 1 - j : -1);
     if (!varlen && !p.pack_gqa) lead = m_b * kBlockM - rows;
   } else {
-    m = p.m_blocks - 1 - local;  // past a shorter sequence's end when r0 >= rows
+    // From the last tile to the first (past a shorter sequence's end when r0 >= rows); with tail
+    // groups the last is the group's (local = -1) and the others follow.
+    m = p.m_blocks - 1 - local - (p.tail_groups > 0 ? 1 : 0);
   }
   const int tile_row0 = m * kBlockM - lead;
   w.r0 = m < 0 ? 0 : max(tile_row0, 0);
