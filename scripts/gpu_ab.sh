@@ -81,7 +81,9 @@ echo "[time] builds: $(( $(date +%s) - t0 )) s"
 grep -h "spill" build/ab/tree.log | sort | uniq -c || true
 
 if [[ $TESTS == 1 ]]; then
-  build/ab-tests/tests/cuda/flashattn_cuda_tests --gtest_filter='*Sm90*' > build/ab-tests.run.log 2>&1 || true
+  # bounded (TEST_TIMEOUT s, default 300): a kernel that hangs must not take the timing run with it
+  timeout "${TEST_TIMEOUT:-300}" build/ab-tests/tests/cuda/flashattn_cuda_tests --gtest_filter='*Sm90*' \
+      > build/ab-tests.run.log 2>&1 || echo "the tests exited with $? (124: timed out)"
   grep -E "^\[  PASSED|tests ran" build/ab-tests.run.log || true
   echo "failed, by head dim (dims not built fail by design: built $HEAD_DIMS):"
   grep -E "^\[  FAILED  \]" build/ab-tests.run.log | grep -oE "_d[0-9]+" | sort | uniq -c || true
