@@ -438,7 +438,7 @@ TEST_P(Sm90ForwardTailGroups, MatchesReferenceAndSm80) {
 
 // The rule (forward.cu, schedule_params): groups where the last tile's rows fill one slice of the
 // d = 128 unbanded policy, (heads + 2) / 3 of them; none for two slices' rows, full tiles, a band,
-// one head, pack-GQA or another head dim's policy.
+// one head, pack-GQA, another head dim's policy, or FLASHATTN_SM90_TAIL_GROUPS=0.
 TEST(Sm90ForwardTailGroups, RuleGroupsOneSliceTails) {
   SKIP_UNLESS_HOPPER();
   static_assert(fd::sm90::forward_tiles(128, false).block_m() == 192 && fd::sm90::forward_tiles(128, false).group_tails);
@@ -455,6 +455,9 @@ TEST(Sm90ForwardTailGroups, RuleGroupsOneSliceTails) {
   EXPECT_EQ(groups(make(DType::kBFloat16, 1, 1000, 300, 1, 1, 128)), 0);    // one head
   EXPECT_EQ(groups(make(DType::kBFloat16, 1, 1, 300, 8, 1, 128)), 0);       // pack-GQA
   EXPECT_EQ(groups(make(DType::kBFloat16, 1, 1000, 300, 4, 4, 256)), 0);
+  setenv("FLASHATTN_SM90_TAIL_GROUPS", "0", 1);  // the measurement switch: every tile its own item
+  EXPECT_EQ(groups(make(DType::kBFloat16, 1, 1000, 300, 4, 4, 128)), 0);
+  unsetenv("FLASHATTN_SM90_TAIL_GROUPS");
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardTailGroups, ::testing::ValuesIn(tail_group_cases()), case_name);

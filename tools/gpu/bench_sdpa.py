@@ -85,13 +85,15 @@ class Ours:
             raise RuntimeError(self.msg.value.decode())
         return nbytes.value
 
-    def __call__(self, q, k, v, o, lse, causal, top_left=False, backend=SM80, split=True):
+    def __call__(self, q, k, v, o, lse, causal, top_left=False, backend=SM80, split=True, groups=True):
         """The forward, with the workspace it asks for (the sm90 split tail's; asked for at every call,
-        kept between calls). split=False: FLASHATTN_SM90_SPLIT=0 around the call, the plain schedule."""
+        kept between calls). split=False: FLASHATTN_SM90_SPLIT=0 around the call, the plain schedule;
+        groups=False: FLASHATTN_SM90_TAIL_GROUPS=0, every last tile its own item."""
         b, sq, hq, d = q.shape
         sk, hkv = k.shape[1], k.shape[2]
-        if not split:
-            os.environ["FLASHATTN_SM90_SPLIT"] = "0"
+        off = ([] if split else ["FLASHATTN_SM90_SPLIT"]) + ([] if groups else ["FLASHATTN_SM90_TAIL_GROUPS"])
+        for name in off:
+            os.environ[name] = "0"
         try:
             args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr() if lse is not None else None,
                     DTYPES[q.dtype], b, sq, sk, hq, hkv, d, int(causal), int(top_left), backend)
@@ -103,8 +105,8 @@ class Ours:
                 ws = self.workspace.data_ptr() if nbytes.value > 0 else 1  # not null: run (0 bytes needed)
                 rc = self.lib.flashattn_shim_forward(*args, ws, ctypes.byref(nbytes), None, self.msg, 512)
         finally:
-            if not split:
-                del os.environ["FLASHATTN_SM90_SPLIT"]
+            for name in off:
+                del os.environ[name]
         if rc != 0:
             raise RuntimeError(self.msg.value.decode())
 

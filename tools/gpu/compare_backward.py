@@ -7,7 +7,8 @@ warm-up); each build's dQ (forward: O) is checked against flash's.
 
     python3 tools/gpu/compare_backward.py --lib v0=build/a/libflashattn_shim.so --lib v1=build/b/...
 A path ending in :nosplit runs that build's forward without the sm90 split tail (FLASHATTN_SM90_SPLIT=0
-around its calls), so one build can be timed with and without it.
+around its calls), so one build can be timed with and without it; :nogroups likewise without tail
+groups (FLASHATTN_SM90_TAIL_GROUPS=0); both may follow one path.
 """
 import argparse
 import os
@@ -33,13 +34,13 @@ def forward_line(args, libs, q, k, v, causal, flops):
     fns = {"flash": lambda: sdpa(SDPBackend.FLASH_ATTENTION), "cudnn": lambda: sdpa(SDPBackend.CUDNN_ATTENTION)}
     backend = SM90 if args.forward == "sm90" else SM80
     outs, errs = [], []
-    for i, (_, lib, split) in enumerate(libs):
+    for i, (_, lib, opts) in enumerate(libs):
         o = torch.full_like(q, float("nan"))
-        lib(q, k, v, o, None, causal, backend=backend, split=split)
+        lib(q, k, v, o, None, causal, backend=backend, **opts)
         torch.cuda.synchronize()
         errs.append((o.float() - o_ref.float()).abs().max().item())
         outs.append(o)
-        fns[i] = lambda lib=lib, o=o, split=split: lib(q, k, v, o, None, causal, backend=backend, split=split)
+        fns[i] = lambda lib=lib, o=o, opts=opts: lib(q, k, v, o, None, causal, backend=backend, **opts)
     tflops = {name: flops / ms / 1e9 for name, ms in time_interleaved(fns, reps=args.reps).items()}
     b, n, h, d = q.shape
     return f"{d:>4} {n:>6} {str(causal):>6} {tflops['flash']:7.1f} {tflops['cudnn']:7.1f}" + "".join(
@@ -60,10 +61,12 @@ def main():
 
     def lib_of(spec):
         name, path = spec.split("=", 1)
-        split = not path.endswith(":nosplit")
-        path = path.removesuffix(":nosplit")
+        opts = {}
+        for suffix, option in ((":nogroups", "groups"), (":nosplit", "split"), (":nogroups", "groups")):
+            if path.endswith(suffix):
+                path, opts[option] = path.removesuffix(suffix), False
         loaded.setdefault(path, Ours(path))
-        return name, loaded[path], split
+        return name, loaded[path], opts
 
     libs = [lib_of(x) for x in args.lib]
     dtype = torch.bfloat16

@@ -154,12 +154,16 @@ void schedule_params(const ForwardParams& p, const Instance& inst, ForwardKernel
   k->m_blocks = static_cast<int>((rows + tiles.block_m() - 1) / tiles.block_m());
   k->pair_tiles = sm90::banded(band.window_left, band.window_right) && persistent_schedule(tiles, *k);
   // Tail groups (tile_scheduler.cuh): each (batch, head)'s last tile, when its rows fill one
-  // consumer's slice, goes into a group of three heads' such tiles.
+  // consumer's slice, goes into a group of three heads' such tiles. FLASHATTN_SM90_TAIL_GROUPS=0 in
+  // the environment, read at every call (for measurements: the tools flip it between calls), keeps
+  // every tile its own item.
   const int64_t heads = d.batch * k->item_heads;
   const int64_t tail_rows = rows - (k->m_blocks - 1) * int64_t{tiles.block_m()};
+  const char* groups_env = std::getenv("FLASHATTN_SM90_TAIL_GROUPS");
+  const bool groups_off = groups_env != nullptr && std::strcmp(groups_env, "0") == 0;
   k->tail_groups = 0;
-  if (tiles.group_tails && !sm90::banded(band.window_left, band.window_right) && !d.varlen && !k->pack_gqa &&
-      tail_rows <= ForwardTiles::kRowsPerConsumer && heads >= 2)
+  if (tiles.group_tails && !groups_off && !sm90::banded(band.window_left, band.window_right) && !d.varlen &&
+      !k->pack_gqa && tail_rows <= ForwardTiles::kRowsPerConsumer && heads >= 2)
     k->tail_groups = static_cast<int>((heads + 2) / 3);
   const int64_t per_head = k->pair_tiles ? 2 * ((k->m_blocks + 1) / 2) : k->m_blocks;
   k->num_items = static_cast<int>(k->tail_groups > 0 ? k->tail_groups + heads * (k->m_blocks - 1) : per_head * heads);
