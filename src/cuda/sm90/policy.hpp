@@ -141,6 +141,10 @@ constexpr bool banded(int window_left, int window_right) { return window_left >=
 // (docs/perf.md, 2026-12-04, session 27): off everywhere.
 // The exponentials' packs (or row sums) moved past a basic-block boundary, apart from the MUFUs:
 // -2.5 to -6% at d = 128, flat within noise at d = 256 (H100, docs/perf.md, 2026-12-05): not kept.
+// Tail groups (group_tails, tile_scheduler.cuh): built for d = 128 without a band and compiled with
+// the switch on (no spills at 160 registers), but not yet run on a GPU (session 36 got no device
+// machine): off until the tests and an A/B have run with it on (docs/perf.md, "Tail groups";
+// predicted +3% at n = 4k, +0.7% at 16k).
 // Problems without a band take their own tiles where they differ (banded = false below):
 // d = 128 three consumers of 64 x 80 tiles, Br = 192, three stages, turns in a ring of three without
 // the overlap (there are no registers for a second S tile at 160 a thread), Q from shared memory.
@@ -153,7 +157,7 @@ constexpr bool banded(int window_left, int window_right) { return window_left >=
 constexpr ForwardTiles forward_tiles(int head_dim, bool banded) {
   if (head_dim == 128 && !banded)
     return {128, 3, 80, 3, 32, 160, true, false, false, false, false, true, true, false, true, 0,
-            Persistence::kAlways, true};
+            Persistence::kAlways, /*group_tails=*/false};
   switch (head_dim) {
     //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv k_ahead narrow_first
     //               tree lazy q_regs row_sums_by_pv exp2_poly_share persistent group_tails
