@@ -638,6 +638,24 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
       for (int x = 0; x < kOAcc; ++x) o[x] = 0.0f;
       Softmax softmax;
       softmax.init();
+      // One GEMM at a time (step 1, and a tail group's tiles): S(g) with K(g) released once done,
+      // then O += P(g) V(g) with V(g) released once done.
+      const auto serial_score = [&](float(&s)[kS], int g) {
+        wait_k(g);
+        score(s, g);
+        hw::wgmma_wait<0>();
+        hw::wgmma_fence_operand(s);
+        s_retired();
+        release_k(g);
+      };
+      const auto serial_pv = [&](const uint32_t(&pa)[kPSteps][4], int g) {
+        wait_v(g);
+        issue_pv(o, pa, g, false);
+        hw::wgmma_wait<0>();
+        hw::wgmma_fence_operand(o);
+        keep_alive(pa);
+        release_v(g);
+      };
       if (tail_group) {
         // Consumer c's tiles are g_begin + c + H j (H = tail_heads; key tile n_end - 1 - j of its
         // head), one GEMM at a time: the two other consumers' GEMMs run under its softmax, as in
@@ -654,12 +672,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
               release_k(x);
             }
             float s[kS];
-            wait_k(g);
-            score(s, g);
-            hw::wgmma_wait<0>();
-            hw::wgmma_fence_operand(s);
-            s_retired();
-            release_k(g);
+            serial_score(s, g);
             modify_scores<kSoftcap, kBlockN>(s, p, w, row0, n, quad_lane,
                                              n < mine.whole.n_begin || n >= mine.whole.n_end);
             softmax.update(s, o, score_scale_log2);
@@ -669,12 +682,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
               wait_v(x);
               release_v(x);
             }
-            wait_v(g);
-            issue_pv(o, pa, g, false);
-            hw::wgmma_wait<0>();
-            hw::wgmma_fence_operand(o);
-            keep_alive(pa);
-            release_v(g);
+            serial_pv(pa, g);
             released = g + 1;
           }
         }
@@ -698,25 +706,14 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
             continue;
           }
           float s[kS];
-          wait_k(g);
-          score(s, g);
-          hw::wgmma_wait<0>();
-          hw::wgmma_fence_operand(s);
-          s_retired();
-          release_k(g);
+          serial_score(s, g);
           if (g == g_end - 1) release_q();
 
           modify(s, g, masked(g));
           softmax.update(s, o, score_scale_log2);
           uint32_t pa[kPSteps][4];
           pack_p<T>(pa, s);
-
-          wait_v(g);
-          issue_pv(o, pa, g, false);
-          hw::wgmma_wait<0>();
-          hw::wgmma_fence_operand(o);
-          keep_alive(pa);
-          release_v(g);
+          serial_pv(pa, g);
         }
       } else {
         // Steps 2-3: phases 0 .. N (N = n_tiles), phase i issuing S(i) (i < N) and O += P(i-1) V(i-1)
