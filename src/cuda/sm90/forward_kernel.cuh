@@ -437,7 +437,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
         if (!done) {
           const WorkTile w = work_tile<kBlockM, kBlockN>(p, segment);
           h_kv = w.h / p.group;
-          if (w.tile_count() > 0) load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, 0, tl::kKLoad);
+          if (w.tile_count<kGroupTails>() > 0) load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, 0, tl::kKLoad);
         }
         // Round k's ItemInfo, into slot k % 4: its last round, k - 4, ended (epilogue included)
         // before the consumers passed q_empty's phase k - 3 (or later), which the producer waited for
@@ -459,7 +459,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
         // The loop's fields, back in registers (the mbarrier waits would have them reloaded from
         // shared memory on every tile).
         const WorkTile w = info.w;
-        const int n_tiles = w.tile_count();
+        const int n_tiles = w.tile_count<kGroupTails>();
         // Then, once the consumers are done with round k - 1's Q tile (so that every consumer has
         // passed item_full's phase k - 1, and q_full's last phase is complete): item_full's phase k,
         // and the item's Q tile by TMA (none without key tiles, with pack-GQA, or when done).
@@ -467,7 +467,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
         hw::mbarrier_arrive(bar(bars.item_full));
         tl::mark(p.timeline, k, tl::kPublished);
         const bool tail_group = kGroupTails && w.tail_heads > 0;
-        if (tail_group) {
+        if (tail_group && n_tiles > 0) {
           // Each head's 64 rows into its consumer's slice of the Q tile (rows 64 c.. of every
           // column block), with the one-slice boxes of q_slice_map.
           constexpr int kSliceBytes = QTile::kBytes / kTiles.consumers;
@@ -529,7 +529,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
     const Info& item = info(progress.k());
     if (warp_uniform(item.segment.item) >= p.num_items) break;
     const WorkTile& w = item.w;
-    const int n_tiles = warp_uniform(w.tile_count());
+    const int n_tiles = warp_uniform(w.tile_count<kGroupTails>());
     // A tail group (tile_scheduler.cuh): consumer c computes the tile's first 64 rows of the c-th
     // head, from its slice of the Q tile, over that head's tiles (every tail_heads-th K/V tile).
     const bool tail_group = kGroupTails && warp_uniform(w.tail_heads) > 0;
@@ -943,7 +943,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
     }
     tl::mark(p.timeline, progress.k(), tl::kStored);
     // n_tiles, not kept in a register over the epilogue; a tail group took no turns.
-    progress.next_item(e.tile_count(), !(kGroupTails && e.tail_heads > 0));
+    progress.next_item(e.tile_count<kGroupTails>(), !(kGroupTails && e.tail_heads > 0));
   }
   const GemmTurns<kTiles.consumers, kTiles.pingpong> turns{consumer_thread().c};
   turns.finish(/*any_phase=*/progress.started());

@@ -146,8 +146,12 @@ struct WorkTile {
 
   __device__ __forceinline__ bool empty() const { return r0 >= r1; }
   // The item's K/V tiles: `tiles` walked once, or by each head of a tail group, interleaved (the
-  // group's tile i: its head i % tail_heads, walk position i / tail_heads).
-  __device__ __forceinline__ int tile_count() const { return tail_heads > 0 ? tail_heads * tiles.count() : tiles.count(); }
+  // group's tile i: its head i % tail_heads, walk position i / tail_heads). kGroupTails: the
+  // policy's group_tails (without it no item is a group, and the count reads no more than before).
+  template <bool kGroupTails>
+  __device__ __forceinline__ int tile_count() const {
+    return kGroupTails && tail_heads > 0 ? tail_heads * tiles.count() : tiles.count();
+  }
 
   // First key held by the K/V box of key tile n: n Bc, or sk - Bc when tile n runs past the
   // sequence's end (varlen).
