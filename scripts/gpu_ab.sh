@@ -10,6 +10,8 @@
 #   SEQLENS=4096,8192 CAUSAL=no TESTS=0 scripts/gpu_ab.sh
 #   REFS="k-ahead exp2-poly" scripts/gpu_ab.sh         more commits (branches) timed in the same process,
 #                                                      as columns r1, r2, ...
+#   EXTRA_LIBS="tree-nogroups=build/ab/tree/tools/gpu/libflashattn_shim.so:nogroups" scripts/gpu_ab.sh
+#                                                      more columns: compare_backward.py --lib specs
 #   REFS="k-ahead" scripts/gpu_ab.sh --prepare         only extract the commits' sources into build/ab-src;
 #                                                      on the device: carry build/ab-src, AB_PREPARED=1
 # Builds go to build/ab (base, tree and each ref) and build/ab-tests; the commits' sources to
@@ -93,5 +95,6 @@ if [[ $TESTS == 1 ]]; then
   grep -E "^\[  FAILED  \]" build/ab-tests.run.log | grep -vE "_d[0-9]+|FAILED TESTS| tests, listed" | sort -u || true
 fi
 
+for spec in ${EXTRA_LIBS:-}; do libs+=(--lib "$spec"); done
 PYTHONUNBUFFERED=1 python3 tools/gpu/compare_backward.py --forward sm90 --causal "$CAUSAL" --dims "$DIMS" \
     --seqlens "$SEQLENS" "${libs[@]}"

@@ -286,12 +286,19 @@ std::vector<Case> split_cases() {
 
 // FLASHATTN_SM90_SPLIT=value for the guard's scope (forward.cu reads it at every call): 1 splits
 // wherever the problem allows, whatever the idle share, so that small shapes test the mechanism.
-class SplitEnv {
+class ScopedEnv {
  public:
-  explicit SplitEnv(const char* value) { setenv("FLASHATTN_SM90_SPLIT", value, 1); }
-  ~SplitEnv() { unsetenv("FLASHATTN_SM90_SPLIT"); }
-  SplitEnv(const SplitEnv&) = delete;
-  SplitEnv& operator=(const SplitEnv&) = delete;
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+class SplitEnv : public ScopedEnv {
+ public:
+  explicit SplitEnv(const char* value) : ScopedEnv("FLASHATTN_SM90_SPLIT", value) {}
 };
 
 class Sm90ForwardSplit : public ::testing::TestWithParam<Case> {};
@@ -400,8 +407,9 @@ TEST(Sm90ForwardPackGqa, RuleTakesThePackedPathForFewRows) {
 // Tail groups (tile_scheduler.cuh; d = 128 without a band, Br = 192): the last query tiles whose
 // rows fill one consumer's slice (sq % 192 in 1 .. 64) of three (batch, head)s in one item, each
 // consumer on its own head's rows and K/V tiles. Groups of 3 and of fewer heads (4, 10 and 512
-// heads: 3 + 1, 3 + 3 + 3 + 1, 171 groups over more than one round of the grid), tails of 40, 11,
-// 64 and 1 rows, head dims served by the d = 128 instantiation (112), partial last key tiles (Bc =
+// heads: 3 + 1, 3 + 3 + 3 + 1, 171 groups over more than one round of the grid; a last group of
+// fewer heads has its spare consumers walk the last head again, unstored), a problem of groups only
+// (sq = 40), tails of 40, 11, 64 and 1 rows, head dims served by the d = 128 instantiation (112), partial last key tiles (Bc =
 // 80), one key tile, softcap, a growing row maximum, no lse and strided rows. (GQA with such tails
 // always packs: fewer tiles. The split tail with groups first: the Split suite's d = 128 cases.)
 std::vector<Case> tail_group_cases() {
@@ -413,6 +421,7 @@ std::vector<Case> tail_group_cases() {
   cases.push_back(make(kFp16, 1, 193, 250, 2, 2, 128));
   cases.push_back(make(kBf16, 16, 203, 100, 32, 32, 128));
   cases.push_back(make(kBf16, 3, 203, 61, 3, 3, 128));
+  cases.push_back(make(kBf16, 2, 40, 300, 5, 5, 128));  // every item a group (3 + 3 + 3 + 1)
   cases.push_back(softcap(make(kFp16, 1, 203, 300, 3, 3, 128), 5.0f));
   cases.push_back(key_ramp(make(kBf16, 1, 1000, 900, 3, 3, 128), 8.0f));
   add_strided_pair(cases, make(kBf16, 2, 1000, 500, 4, 4, 128));
@@ -465,6 +474,35 @@ TEST(Sm90ForwardTailGroups, RuleGroupsOneSliceTails) {
   setenv("FLASHATTN_SM90_TAIL_GROUPS", "0", 1);  // the measurement switch: every tile its own item
   EXPECT_EQ(groups(make(DType::kBFloat16, 1, 1000, 300, 4, 4, 128)), 0);
   unsetenv("FLASHATTN_SM90_TAIL_GROUPS");
+}
+
+// The split tail after tail groups, with a debt per group (tile_scheduler.cuh, tail_units_begin:
+// the group's blocks take fewer of the tail's units): 20 groups and 300 items on 132 SMs, 13 key
+// tiles an item, a debt of 3 units; then exact, and bit-identical run after run. A debt that would
+// leave a block less than an item's units is refused (none), as is one without groups.
+TEST(Sm90ForwardTailGroups, SplitWithDebtIsExact) {
+  SKIP_UNLESS_HOPPER();
+  if (!kTailGroupsOn) GTEST_SKIP() << "the d = 128 policy makes no tail groups";
+  int sms = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  if (sms != 132) GTEST_SKIP() << "the shapes are counted for 132 SMs, this device has " << sms;
+  const SplitEnv always("1");
+  const Case c = make(DType::kBFloat16, 3, 1000, 1000, 20, 20, 128);
+  const auto debt = [](const Case& x) {
+    const std::unique_ptr<Problem> pb = new_problem(x);
+    return pb == nullptr || ::testing::Test::HasFailure() ? -1 : fd::cuda_sm90_forward_tail_group_debt(pb->params());
+  };
+  EXPECT_EQ(debt(c), 0) << "no debt without FLASHATTN_SM90_TAIL_GROUP_DEBT";
+  {
+    const ScopedEnv too_much("FLASHATTN_SM90_TAIL_GROUP_DEBT", "70");  // 9 units: (2444 + 180) / 132 - 9 < 13
+    EXPECT_EQ(debt(c), 0);
+  }
+  const ScopedEnv some("FLASHATTN_SM90_TAIL_GROUP_DEBT", "30");  // 3 units of 13
+  ASSERT_EQ(debt(c), 3);
+  EXPECT_EQ(debt(make(DType::kBFloat16, 3, 1152, 1000, 20, 20, 128)), 0) << "full tiles: no groups, no debt";
+  check_case(c);
+  std::unique_ptr<Problem> pb(new_problem(c));
+  expect_runs_identical(*pb, Backend::kCudaSm90);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardTailGroups, ::testing::ValuesIn(tail_group_cases()), case_name);
@@ -535,12 +573,7 @@ TEST(Sm90ForwardSplit, RuleSplitsWhereTheLastWaveIdles) {
 TEST(Sm90ForwardSmall, Deterministic) {
   SKIP_UNLESS_HOPPER();
   std::unique_ptr<Problem> pb(new_problem(causal(make(DType::kBFloat16, 2, 203, 300, 4, 2, 128))));
-  std::vector<float> lse_a, lse_b;
-  run(*pb, Backend::kCudaSm90, &lse_a);
-  const std::vector<uint16_t> first = pb->o.host;
-  run(*pb, Backend::kCudaSm90, &lse_b);
-  EXPECT_EQ(first, pb->o.host);
-  EXPECT_EQ(0, std::memcmp(lse_a.data(), lse_b.data(), lse_a.size() * 4));
+  expect_runs_identical(*pb, Backend::kCudaSm90);
 }
 
 // kAuto on device data: the sm90 path where it takes the problem, variable-length batches included

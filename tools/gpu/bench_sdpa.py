@@ -85,15 +85,20 @@ class Ours:
             raise RuntimeError(self.msg.value.decode())
         return nbytes.value
 
-    def __call__(self, q, k, v, o, lse, causal, top_left=False, backend=SM80, split=True, groups=True):
+    def __call__(self, q, k, v, o, lse, causal, top_left=False, backend=SM80, split=True, groups=True, env=None):
         """The forward, with the workspace it asks for (the sm90 split tail's; asked for at every call,
         kept between calls). split=False: FLASHATTN_SM90_SPLIT=0 around the call, the plain schedule;
-        groups=False: FLASHATTN_SM90_TAIL_GROUPS=0, every last tile its own item."""
+        groups=False: FLASHATTN_SM90_TAIL_GROUPS=0, every last tile its own item; env: more variables
+        set around the call (the library reads its switches at every call)."""
         b, sq, hq, d = q.shape
         sk, hkv = k.shape[1], k.shape[2]
-        off = ([] if split else ["FLASHATTN_SM90_SPLIT"]) + ([] if groups else ["FLASHATTN_SM90_TAIL_GROUPS"])
-        for name in off:
-            os.environ[name] = "0"
+        around = dict(env or {})
+        if not split:
+            around["FLASHATTN_SM90_SPLIT"] = "0"
+        if not groups:
+            around["FLASHATTN_SM90_TAIL_GROUPS"] = "0"
+        saved = {name: os.environ.get(name) for name in around}
+        os.environ.update(around)
         try:
             args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr() if lse is not None else None,
                     DTYPES[q.dtype], b, sq, sk, hq, hkv, d, int(causal), int(top_left), backend)
@@ -105,8 +110,11 @@ class Ours:
                 ws = self.workspace.data_ptr() if nbytes.value > 0 else 1  # not null: run (0 bytes needed)
                 rc = self.lib.flashattn_shim_forward(*args, ws, ctypes.byref(nbytes), None, self.msg, 512)
         finally:
-            for name in off:
-                del os.environ[name]
+            for name, value in saved.items():
+                if value is None:
+                    del os.environ[name]
+                else:
+                    os.environ[name] = value
         if rc != 0:
             raise RuntimeError(self.msg.value.decode())
 

@@ -6,9 +6,10 @@ Timing as bench_sdpa.py (time_interleaved: CUDA events, median of rounds in shuf
 warm-up); each build's dQ (forward: O) is checked against flash's.
 
     python3 tools/gpu/compare_backward.py --lib v0=build/a/libflashattn_shim.so --lib v1=build/b/...
-A path ending in :nosplit runs that build's forward without the sm90 split tail (FLASHATTN_SM90_SPLIT=0
+A path followed by :nosplit runs that build's forward without the sm90 split tail (FLASHATTN_SM90_SPLIT=0
 around its calls), so one build can be timed with and without it; :nogroups likewise without tail
-groups (FLASHATTN_SM90_TAIL_GROUPS=0); both may follow one path.
+groups (FLASHATTN_SM90_TAIL_GROUPS=0); :NAME=VALUE sets any variable around its calls, e.g.
+:FLASHATTN_SM90_TAIL_GROUP_DEBT=20. Several may follow one path.
 """
 import argparse
 import os
@@ -61,10 +62,15 @@ def main():
 
     def lib_of(spec):
         name, path = spec.split("=", 1)
+        path, *mods = path.split(":")
         opts = {}
-        for suffix, option in ((":nogroups", "groups"), (":nosplit", "split"), (":nogroups", "groups")):
-            if path.endswith(suffix):
-                path, opts[option] = path.removesuffix(suffix), False
+        for mod in mods:
+            if mod in ("nogroups", "nosplit"):
+                opts[mod.removeprefix("no")] = False
+            elif "=" in mod:
+                opts.setdefault("env", {})[mod.split("=", 1)[0]] = mod.split("=", 1)[1]
+            else:
+                raise SystemExit(f"--lib {spec}: unknown option :{mod} (nogroups, nosplit or NAME=VALUE)")
         loaded.setdefault(path, Ours(path))
         return name, loaded[path], opts
 

@@ -168,6 +168,7 @@ void schedule_params(const ForwardParams& p, const Instance& inst, ForwardKernel
   const int64_t per_head = k->pair_tiles ? 2 * ((k->m_blocks + 1) / 2) : k->m_blocks;
   k->num_items = static_cast<int>(k->tail_groups > 0 ? k->tail_groups + heads * (k->m_blocks - 1) : per_head * heads);
   k->split_round = ForwardKernelParams::kNoSplit;  // split_tail() decides, once the grid is known
+  k->tail_group_debt = 0;
   k->softcap = p.softcap;
   k->softcap_to_exp2 = p.softcap > 0.0f ? d.scale / p.softcap * 2.0f * cuda::kLog2e : 0.0f;
 }
@@ -246,8 +247,29 @@ struct SplitTail {
   int round = ForwardKernelParams::kNoSplit;
   int key_tiles = 0;
   long long units = 0;
+  int group_debt = 0;  // ForwardKernelParams::tail_group_debt
   size_t counter_bytes = 0, bytes = 0;  // of the workspace; 0: no split
 };
+
+// The split tail's debt per tail group (tile_scheduler.cuh, tail_units_begin): what a group costs
+// more than an item, in units (key tiles), from FLASHATTN_SM90_TAIL_GROUP_DEBT (percent of an item's
+// key tiles, read at every call: for measurements) or 0. None where a block's range would then hold
+// fewer than one item's key tiles (an item must be cut at most once).
+int tail_group_debt(const ForwardKernelParams& k, int key_tiles, long long units, int blocks) {
+  const char* env = std::getenv("FLASHATTN_SM90_TAIL_GROUP_DEBT");
+  if (k.tail_groups == 0 || env == nullptr) return 0;
+  const long long debt = std::strtol(env, nullptr, 10) * static_cast<long long>(key_tiles) / 100;
+  if (debt <= 0) return 0;
+  const long long groups = k.tail_groups, total = units + groups * debt;
+  if (total > std::numeric_limits<int32_t>::max()) return 0;
+  const long long l = total / blocks, r = total % blocks;  // tail_units_begin's L and R
+  const auto begin = [&](long long x) {
+    return x * l + std::min(x, r) - debt * (groups / blocks * x + std::min<long long>(x, groups % blocks));
+  };
+  for (int x = 0; x < blocks; ++x)
+    if (begin(x + 1) - begin(x) < key_tiles) return 0;
+  return static_cast<int>(debt);
+}
 
 SplitTail split_tail(const ForwardKernelParams& k, const ForwardTiles& tiles, int blocks) {
   SplitTail split;
@@ -266,6 +288,7 @@ SplitTail split_tail(const ForwardKernelParams& k, const ForwardTiles& tiles, in
   split.key_tiles = key_tiles;
   split.units = static_cast<long long>(k.num_items - split.round * blocks) * key_tiles;
   if (split.units > std::numeric_limits<int32_t>::max()) return SplitTail{};  // 32-bit unit indices
+  split.group_debt = tail_group_debt(k, key_tiles, split.units, blocks);
   split.counter_bytes = sm90::SplitLayout::counter_bytes(blocks - 1, tiles.consumers);
   split.bytes = sm90::SplitLayout::bytes(blocks - 1, tiles.consumers, tiles.head_dim);
   return split;
@@ -335,17 +358,24 @@ Status cuda_sm90_forward_supported(const ForwardParams& p) {
   return {};
 }
 
-// The split tail's workspace, where the problem takes one (0 otherwise).
-size_t cuda_sm90_forward_workspace(const ForwardParams& p) {
+namespace {
+
+// The split tail p would take on the current device (none: an empty problem, no instance or device).
+SplitTail split_tail_of(const ForwardParams& p) {
   const Instance* inst = pick_instance(p);
-  if (inst == nullptr || p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return 0;
+  if (inst == nullptr || p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return {};
   ForwardKernelParams k;
   const int device = current_device();
-  if (device < 0) return 0;
+  if (device < 0) return {};
   schedule_params(p, *inst, &k);
   const ForwardTiles tiles = tiles_for(*inst, k.window_left, k.window_right);
-  return split_tail(k, tiles, grid_blocks(k, tiles, device)).bytes;
+  return split_tail(k, tiles, grid_blocks(k, tiles, device));
 }
+
+}  // namespace
+
+// The split tail's workspace, where the problem takes one (0 otherwise).
+size_t cuda_sm90_forward_workspace(const ForwardParams& p) { return split_tail_of(p).bytes; }
 
 bool cuda_sm90_forward_packs_gqa(const ForwardParams& p) {
   const Instance* inst = pick_instance(p);
@@ -361,6 +391,8 @@ int cuda_sm90_forward_tail_groups(const ForwardParams& p) {
   schedule_params(p, *inst, &k);
   return k.tail_groups;
 }
+
+int cuda_sm90_forward_tail_group_debt(const ForwardParams& p) { return split_tail_of(p).group_debt; }
 
 Status cuda_sm90_forward(const ForwardParams& p, void* workspace, void* stream) {
   const Instance* inst = pick_instance(p);
@@ -382,8 +414,10 @@ Status cuda_sm90_forward(const ForwardParams& p, void* workspace, void* stream) 
                                                 std::to_string(split.bytes) + " bytes"};
     k.split_round = split.round;
     k.key_tiles = split.key_tiles;
-    k.tail_units_per_block = static_cast<int>(split.units / blocks);
-    k.tail_units_extra = static_cast<int>(split.units % blocks);
+    const long long cut = split.units + static_cast<long long>(k.tail_groups) * split.group_debt;
+    k.tail_units_per_block = static_cast<int>(cut / blocks);
+    k.tail_units_extra = static_cast<int>(cut % blocks);
+    k.tail_group_debt = split.group_debt;
     k.split_counters = static_cast<int*>(workspace);
     k.split_partials = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + split.counter_bytes);
     if (const cudaError_t e = cudaMemsetAsync(workspace, 0, split.counter_bytes, cu_stream); e != cudaSuccess)

@@ -108,8 +108,9 @@ namespace tl = timeline;  // stamps of timeline builds only (timeline.cuh); noth
 enum class NamedBarrier : int {
   kConsumerEpilogue = 1,                                   // the consumer's 128 threads
   kGemmTurn = kConsumerEpilogue + ForwardTiles::kMaxConsumers,  // the consumer and its predecessor
+  kTailGroupEnd = kGemmTurn + ForwardTiles::kMaxConsumers,      // every consumer, after a tail group
 };
-static_assert(static_cast<int>(NamedBarrier::kGemmTurn) + ForwardTiles::kMaxConsumers <= 16, "16 named barriers");
+static_assert(static_cast<int>(NamedBarrier::kTailGroupEnd) < 16, "16 named barriers");
 
 // Ping-pong (step 2): the consumers issue their GEMM phases in a ring, 0, 1, ..., C-1, 0, ...
 // Consumer c waits for its turn on barrier kGemmTurn + c (bar.sync) and, once its GEMMs are issued,
@@ -410,12 +411,12 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
         const auto load_tile = [&](const WorkTile& t, uint64_t(&full)[kStages], uint64_t(&empty)[kStages],
                                    uint32_t slot_addr0, int slot_bytes, const CUtensorMap& map, int i, int event) {
           const int tile = g + i, slot = slot_of(tile);
-          // A tail group's tile i: walk position i / tail_heads of head i % tail_heads.
+          // A tail group's tile i: walk position i / 3 of consumer i % 3's head.
           int walk = i, kv_head = h_kv, batch = t.tma_batch;
           if constexpr (kGroupTails) {
             if (t.tail_heads > 0) {
-              const int bh = t.tail_bh0 + i % t.tail_heads, b = bh / p.item_heads;
-              walk = i / t.tail_heads, kv_head = (bh - b * p.item_heads) / p.group, batch = b;
+              const int bh = t.tail_bh0 + t.tail_head_of(i % kTailGroupHeads), b = bh / p.item_heads;
+              walk = i / kTailGroupHeads, kv_head = (bh - b * p.item_heads) / p.group, batch = b;
             }
           }
           // Varlen (packed-rows maps): the box at (col, i0, row0) with i0 = min(start, 0) <= 0, so
@@ -468,12 +469,12 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
         tl::mark(p.timeline, k, tl::kPublished);
         const bool tail_group = kGroupTails && w.tail_heads > 0;
         if (tail_group && n_tiles > 0) {
-          // Each head's 64 rows into its consumer's slice of the Q tile (rows 64 c.. of every
+          // Each consumer's head's 64 rows into its slice of the Q tile (rows 64 c.. of every
           // column block), with the one-slice boxes of q_slice_map.
           constexpr int kSliceBytes = QTile::kBytes / kTiles.consumers;
-          hw::mbarrier_arrive_expect_tx(bar(bars.q_full), w.tail_heads * kSliceBytes);
-          for (int c = 0; c < w.tail_heads; ++c) {
-            const int bh = w.tail_bh0 + c, b = bh / p.item_heads;
+          hw::mbarrier_arrive_expect_tx(bar(bars.q_full), kTailGroupHeads * kSliceBytes);
+          for (int c = 0; c < kTailGroupHeads; ++c) {
+            const int bh = w.tail_bh0 + w.tail_head_of(c), b = bh / p.item_heads;
 #pragma unroll
             for (int cb = 0; cb < QTile::kColBlocks; ++cb)
               hw::tma_load(q_addr + QTile::col_block_offset(cb) + c * kRows * hw::kSw128Bytes, p.q_slice_map,
@@ -577,6 +578,9 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
     const auto wait_v = [&](int g) { hw::mbarrier_wait(bar(bars.v_full[slot_of(g)]), parity_of(g)); };
     const auto release_k = [&](int g) { hw::mbarrier_arrive(bar(bars.k_empty[slot_of(g)])); };
     const auto release_v = [&](int g) { hw::mbarrier_arrive(bar(bars.v_empty[slot_of(g)])); };
+    // A tail group's owner of tile g releases it for every consumer (below).
+    const auto release_k_for_all = [&](int g) { hw::mbarrier_arrive(bar(bars.k_empty[slot_of(g)]), kTiles.consumers); };
+    const auto release_v_for_all = [&](int g) { hw::mbarrier_arrive(bar(bars.v_empty[slot_of(g)]), kTiles.consumers); };
     // Once the item's last S is done, the Q tile is free for the next item's TMA load (wgmma read
     // it through the async proxy, which the load writes through; pack-GQA: released above). With
     // Q in registers it is free once they are loaded (release_q_loaded), and the item's last S
@@ -640,59 +644,50 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
       softmax.init();
       // One GEMM at a time (step 1, and a tail group's tiles): S(g) with K(g) released once done,
       // then O += P(g) V(g) with V(g) released once done.
-      const auto serial_score = [&](float(&s)[kS], int g) {
+      const auto serial_score = [&](float(&s)[kS], int g, bool for_all = false) {
         wait_k(g);
         score(s, g);
         hw::wgmma_wait<0>();
         hw::wgmma_fence_operand(s);
         s_retired();
-        release_k(g);
+        for_all ? release_k_for_all(g) : release_k(g);
       };
-      const auto serial_pv = [&](const uint32_t(&pa)[kPSteps][4], int g) {
+      const auto serial_pv = [&](const uint32_t(&pa)[kPSteps][4], int g, bool for_all = false) {
         wait_v(g);
         issue_pv(o, pa, g, false);
         hw::wgmma_wait<0>();
         hw::wgmma_fence_operand(o);
         keep_alive(pa);
-        release_v(g);
+        for_all ? release_v_for_all(g) : release_v(g);
       };
       if (tail_group) {
-        // Consumer c's tiles are g_begin + c + H j (H = tail_heads; key tile n_end - 1 - j of its
-        // head), one GEMM at a time: the two other consumers' GEMMs run under its softmax, as in
+        // Consumer c's tiles are g_begin + c + 3 j (key tile n_end - 1 - j of its head), one GEMM
+        // at a time: the two other consumers' GEMMs run under its softmax, as in
         // the ring of turns, which a tail group does not take (no phase of it counts in the ring).
-        // The tiles in between are the other heads': their K released before this S, their V before
-        // this P V (V(i + 1) lands after K(i + 3), the producer's order for tail groups), once landed.
-        const int heads = warp_uniform(w.tail_heads), n_last = warp_uniform(w.tiles.n_end) - 1;
-        int released = g_begin;  // the tiles before it are released
-        if (c < heads) {
-          for (int g = g_begin + c; g < g_end; g += heads) {
-            const int n = n_last - (g - g_begin) / heads;
-            for (int x = released; x < g; ++x) {
-              wait_k(x);
-              release_k(x);
-            }
-            float s[kS];
-            serial_score(s, g);
-            modify_scores<kSoftcap, kBlockN>(s, p, w, row0, n, quad_lane,
-                                             n < mine.whole.n_begin || n >= mine.whole.n_end);
-            softmax.update(s, o, score_scale_log2);
-            uint32_t pa[kPSteps][4];
-            pack_p<T>(pa, s);
-            for (int x = released; x < g; ++x) {
-              wait_v(x);
-              release_v(x);
-            }
-            serial_pv(pa, g);
-            released = g + 1;
-          }
+        // Every consumer walks a head (past the group's heads, the last one again, stored by no
+        // one), so with three stages its tiles all take one K and one V slot: slot (g_begin + c) % 3.
+        // It neither waits for nor releases the others' tiles: an owner releases its tile for all
+        // the consumers at once (an arrival that counts kConsumers). Waiting for and releasing them
+        // unread, once landed (the first version), chained the three heads' loads one after another:
+        // about 14 us a key tile, 10x an ordinary item's (H100, docs/perf.md, "Tail groups").
+        // Without those waits a consumer has seen no phase of the others' slots, and a wait by
+        // parity must not lag a slot by two phases: after the group every consumer meets the others
+        // (kTailGroupEnd), once each has waited for all of its tiles, so that every phase of the
+        // group has completed before anyone waits for the next item's tiles.
+        const int n_last = warp_uniform(w.tiles.n_end) - 1;
+        for (int g = g_begin + c; g < g_end; g += kTailGroupHeads) {
+          const int n = n_last - (g - g_begin) / kTailGroupHeads;
+          float s[kS];
+          serial_score(s, g, /*for_all=*/true);
+          modify_scores<kSoftcap, kBlockN>(s, p, w, row0, n, quad_lane,
+                                           n < mine.whole.n_begin || n >= mine.whole.n_end);
+          softmax.update(s, o, score_scale_log2);
+          uint32_t pa[kPSteps][4];
+          pack_p<T>(pa, s);
+          serial_pv(pa, g, /*for_all=*/true);
         }
         release_q();
-        for (int x = released; x < g_end; ++x) {  // the other heads' last tiles (all of them: c >= H)
-          wait_k(x);
-          release_k(x);
-          wait_v(x);
-          release_v(x);
-        }
+        hw::named_barrier_sync(static_cast<int>(NamedBarrier::kTailGroupEnd), kConsumerThreads);
       } else if constexpr (!kTiles.pingpong && !kTiles.overlap) {
         // Step 1: one GEMM at a time; the tiles before g_first waited for and released unread (a
         // slot frees once every consumer has released it, and is refilled only after).

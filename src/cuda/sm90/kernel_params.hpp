@@ -56,7 +56,8 @@ struct ForwardKernelParams {
                     // tail groups tail_groups + batch * item_heads * (m_blocks - 1)
   // Tail groups (policy group_tails, tile_scheduler.cuh): items 0 .. tail_groups - 1 each hold the
   // last query tile (rows in one consumer's slice) of (batch, head)s 3 i .. 3 i + 2 (fewer in the
-  // last group), consumer c on the c-th; the items after them the other tiles. 0: none.
+  // last group, whose spare consumers walk its last head again), consumer c on the c-th; the items
+  // after them the other tiles. 0: none.
   int tail_groups;
 
   // The split tail (tile_scheduler.cuh, block_segment): the block's rounds from split_round on run
@@ -69,6 +70,10 @@ struct ForwardKernelParams {
   int key_tiles;             // T = ceil(seqlen_k / Bc), every item's (no band, no varlen)
   int tail_units_per_block;  // L
   int tail_units_extra;      // R
+  // With tail groups in the rounds before: D units (key tiles) per group that its block takes less
+  // of the tail, where a group costs more than an item (tail_units_begin; L and R then cut
+  // U + tail_groups D units); 0: L and R as above.
+  int tail_group_debt;
   int* split_counters;       // workspace: one hand-over counter per (boundary, consumer, warp), zeroed per call
   float* split_partials;     // workspace: the first part's (o, m, l) per (boundary, consumer, warp)
 

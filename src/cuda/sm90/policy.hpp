@@ -141,10 +141,12 @@ constexpr bool banded(int window_left, int window_right) { return window_left >=
 // (docs/perf.md, 2026-12-04, session 27): off everywhere.
 // The exponentials' packs (or row sums) moved past a basic-block boundary, apart from the MUFUs:
 // -2.5 to -6% at d = 128, flat within noise at d = 256 (H100, docs/perf.md, 2026-12-05): not kept.
-// Tail groups (group_tails, tile_scheduler.cuh): built for d = 128 without a band and compiled with
-// the switch on (no spills at 160 registers), but not yet run on a GPU (session 36 got no device
-// machine): off until the tests and an A/B have run with it on (docs/perf.md, "Tail groups";
-// predicted +3% at n = 4k, +0.7% at 16k).
+// Tail groups (group_tails, tile_scheduler.cuh), d = 128 without a band: the first version ran
+// exact but 1.8-1.9x slower (H100, session 37: 389 against 703 TFLOP/s at n = 4k, 394 against 762
+// at 16k; each consumer released the other heads' tiles, which chained the three heads' loads).
+// The owners now release for all; that version compiles with the switch on (no spills, 168/128
+// registers) but has not run on a GPU (session 37's device starts were refused): off until the
+// tests and an A/B have run with it on (docs/perf.md, "Tail groups, first run").
 // Problems without a band take their own tiles where they differ (banded = false below):
 // d = 128 three consumers of 64 x 80 tiles, Br = 192, three stages, turns in a ring of three without
 // the overlap (there are no registers for a second S tile at 160 a thread), Q from shared memory.
@@ -220,6 +222,8 @@ struct ForwardPolicy {
   static_assert(kTiles.smem_bytes() <= kMaxSmemBytes, "shared memory per block");
   static_assert(!kTiles.group_tails || kTiles.consumers == ForwardTiles::kMaxConsumers,
                 "a tail group runs one (batch, head) on each of three consumers");
+  static_assert(!kTiles.group_tails || kTiles.stages == ForwardTiles::kMaxConsumers,
+                "a tail group's consumer keeps one K and one V slot of its own (its tiles every third)");
   static_assert(!kTiles.group_tails || (!kTiles.q_in_registers && kTiles.pingpong && !kTiles.overlap),
                 "a tail group's consumers read Q from shared memory, and the policy's phases hold one S tile");
   static_assert(!kTiles.row_sums_by_pv || kHeadDim % 64 == 0, "P V's ones columns start a column block of their own");

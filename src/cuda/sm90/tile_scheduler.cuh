@@ -38,10 +38,12 @@
 // 1 .. 64): a tile with rows for one consumer costs about what a full one does (that consumer's
 // S, softmax and P V in a chain, the two others idle), 4096 = 21 x 192 + 64 making it 3% of the
 // work at n = 4k. Items 0 .. tail_groups - 1 instead each hold the last tiles of three (batch,
-// head)s, 3 i .. 3 i + 2 (fewer in the last group), consumer c computing the c-th head's rows over
-// that head's K/V tiles (the producer interleaves the heads' tiles, each consumer releases the
-// others' unread), so three tails cost about one item. They come first: the first round, never the
-// split tail's (whose units count key tiles of whole items).
+// head)s, 3 i .. 3 i + 2, consumer c computing the c-th head's rows over that head's K/V tiles
+// (the producer interleaves the heads' tiles; a tile's consumer releases it for all three), so
+// three tails cost about one item. In the last group, with fewer heads, the consumers past them
+// walk its last head again and store nothing, so that every consumer's tiles take one K and one V
+// slot (three stages). They come first: the first round, never the split tail's (whose units
+// count key tiles of whole items).
 //
 // Pack-GQA (p.pack_gqa; policy.hpp): items are (tile, kv head, batch) and a tile's rows are
 // pack-GQA rows r = i group + g, query i of query head h_kv group + g: rows [r0, r1) of the tile
@@ -66,6 +68,9 @@
 #include "cuda/sm90/kernel_params.hpp"
 
 namespace flashattn::detail::sm90 {
+
+// The consumers of a tail group (above), each on a head of its own: the policy's three.
+constexpr int kTailGroupHeads = 3;
 
 // gridDim.x, read where used: ptxas otherwise keeps it in a register across the consumers' main
 // loop, and at d = 256 spills it.
@@ -100,12 +105,23 @@ struct Segment {
   __device__ __forceinline__ bool part() const { return boundary >= 0; }
 };
 
+// Block x's first unit of the split tail: x L + min(x, R), every block U / G. With a debt D per tail
+// group (p.tail_group_debt > 0), L and R cut U + groups D units instead (the host's), and each
+// block's share is less D for each group it ran (group i on block i % G: block_item), so that every
+// block ends at the same time where a group costs D units more than an item. The host checks that
+// every block's range still holds at least T units.
+__device__ __forceinline__ int tail_units_begin(const ForwardKernelParams& p, int x) {
+  const int u = x * p.tail_units_per_block + min(x, p.tail_units_extra);
+  if (p.tail_group_debt == 0) return u;
+  const int g = blocks_in_grid(), groups_before = p.tail_groups / g * x + min(x, p.tail_groups % g);
+  return u - p.tail_group_debt * groups_before;
+}
+
 __device__ __forceinline__ Segment block_segment(const ForwardKernelParams& p, int k) {
   if (k < p.split_round) return {block_item(p, k), 0, Segment::kWholeWalk, -1};
   const int x = static_cast<int>(blockIdx.x), t = p.key_tiles;
   // The block's units [u0, u1): L or L + 1 of them (the first R blocks one more), 32-bit (host).
-  const int u0 = x * p.tail_units_per_block + min(x, p.tail_units_extra);
-  const int u1 = u0 + p.tail_units_per_block + (x < p.tail_units_extra ? 1 : 0);
+  const int u0 = tail_units_begin(p, x), u1 = tail_units_begin(p, x + 1);
   const int a = u0 / t, z = (u1 - 1) / t;  // its first and last item
   const int j = a + (k - p.split_round);
   if (j > z) return {p.num_items, 0, 0, -1};
@@ -141,17 +157,21 @@ struct WorkTile {
   sm80::Band band;
   TileRange tiles;      // key tiles that queries [i0, i1) see
   int tail_heads;       // a tail group (above): the (batch, head)s it holds, 1-3, consumer c on the
-                        // one numbered tail_bh0 + c (b, h: the first); 0: an item of one (b, h)
+                        // one numbered tail_bh0 + min(c, tail_heads - 1) (b, h: the first), storing
+                        // only for c < tail_heads; 0: an item of one (b, h)
   int tail_bh0;
 
   __device__ __forceinline__ bool empty() const { return r0 >= r1; }
-  // The item's K/V tiles: `tiles` walked once, or by each head of a tail group, interleaved (the
-  // group's tile i: its head i % tail_heads, walk position i / tail_heads). kGroupTails: the
-  // policy's group_tails (without it no item is a group, and the count reads no more than before).
+  // The item's K/V tiles: `tiles` walked once, or by each consumer of a tail group, interleaved
+  // (the group's tile i: consumer i % kTailGroupHeads's, walk position i / kTailGroupHeads; a
+  // consumer past the group's heads walks its last head again). kGroupTails: the policy's
+  // group_tails (without it no item is a group, and the count reads no more than before).
   template <bool kGroupTails>
   __device__ __forceinline__ int tile_count() const {
-    return kGroupTails && tail_heads > 0 ? tail_heads * tiles.count() : tiles.count();
+    return kGroupTails && tail_heads > 0 ? kTailGroupHeads * tiles.count() : tiles.count();
   }
+  // A tail group's consumer c computes this head (of the group's: 0 .. tail_heads - 1).
+  __device__ __forceinline__ int tail_head_of(int c) const { return min(c, tail_heads - 1); }
 
   // First key held by the K/V box of key tile n: n Bc, or sk - Bc when tile n runs past the
   // sequence's end (varlen).
@@ -195,7 +215,7 @@ __device__ __forceinline__ WorkTile work_tile(const ForwardKernelParams& p, cons
   const int after_groups = item - p.tail_groups;
   const int bh = tail_group ? 3 * item : after_groups / per_head;
   const int local = tail_group ? -1 : after_groups - bh * per_head;
-  w.tail_heads = tail_group ? min(3, p.batch * p.item_heads - bh) : 0;
+  w.tail_heads = tail_group ? min(kTailGroupHeads, p.batch * p.item_heads - bh) : 0;
   w.tail_bh0 = bh;
   w.b = bh / p.item_heads;
   w.h = bh - w.b * p.item_heads;

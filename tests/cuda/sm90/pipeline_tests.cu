@@ -214,4 +214,56 @@ TEST(Sm90Pipeline, NamedBarrierAnyIsUniformPerWarpgroup) {
   EXPECT_EQ(failures, 0);
 }
 
+// mbarrier_arrive(bar, count): one thread's arrival standing for `count`. A barrier of 96 arrivals,
+// four phases: in each, warp 0's lanes arrive with counts that sum to 96 minus warp 1's 32 single
+// arrivals, some lanes with count 0 or several. Thread 0 reads try_wait before warp 1 arrives (the
+// phase must still be open) and after (it must have completed), and the barrier's phase must not run
+// ahead: a count taken as 1 leaves the phase open, a count taken as more completes it early.
+__global__ void arrive_count_kernel(int* seen) {
+  __shared__ alignas(8) uint64_t bar;
+  const uint32_t b = smem_address(&bar);
+  if (threadIdx.x == 0) {
+    sm90::mbarrier_init(b, 96);
+    sm90::fence_mbarrier_init();
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int phase = 0; phase < 4; ++phase) {
+    // warp 0: lanes 0..15 count (phase + lane) % 4 (a sum of 24 over 16 lanes), lanes 16..31 the
+    // rest in equal parts: 64 - 24 = 40 over 16 lanes -> 2 or 3 (lanes 16..23 three, 24..31 two).
+    if (warp == 0) {
+      const uint32_t count = lane < 16 ? (phase + lane) % 4 : (lane < 24 ? 3u : 2u);
+      if (count > 0) sm90::mbarrier_arrive(b, count);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) seen[phase * 2] = sm90::mbarrier_try_wait(b, phase & 1) ? 1 : 0;
+    __syncthreads();
+    if (warp == 1) sm90::mbarrier_arrive(b);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const long long start = clock64();
+      bool done = false;
+      while (!done && clock64() - start < 1000000) done = sm90::mbarrier_try_wait(b, phase & 1);
+      seen[phase * 2 + 1] = done ? 1 : 0;
+    }
+    __syncthreads();
+  }
+}
+
+TEST(Sm90Pipeline, ArriveWithCountCompletesThePhaseExactly) {
+  expect_hopper();
+  DeviceBuffer<int> d_seen(8);
+  ASSERT_TRUE(d_seen.ptr);
+  CUDA_OK(cudaMemset(d_seen.ptr, 0x7f, d_seen.bytes()));  // poison: neither 0 nor 1
+  arrive_count_kernel<<<1, 64>>>(d_seen.ptr);
+  CUDA_OK(cudaGetLastError());
+  sync_or_die("mbarrier_arrive with count");
+  std::vector<int> seen(8);
+  CUDA_OK(cudaMemcpy(seen.data(), d_seen.ptr, d_seen.bytes(), cudaMemcpyDeviceToHost));
+  for (int phase = 0; phase < 4; ++phase) {
+    EXPECT_EQ(seen[phase * 2], 0) << "phase " << phase << " completed with 64 of its 96 arrivals";
+    EXPECT_EQ(seen[phase * 2 + 1], 1) << "phase " << phase << " did not complete with all 96 arrivals";
+  }
+}
+
 }  // namespace

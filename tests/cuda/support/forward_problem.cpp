@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -383,6 +384,15 @@ void run(Problem& pb, Backend backend, std::vector<float>* lse_out) {
     lse_out->resize(pb.lse_count);
     CUDA_OK(cudaMemcpy(lse_out->data(), pb.lse.ptr, pb.lse_count * 4, cudaMemcpyDeviceToHost));
   }
+}
+
+void expect_runs_identical(Problem& pb, Backend backend) {
+  std::vector<float> lse_a, lse_b;
+  run(pb, backend, &lse_a);
+  const std::vector<uint16_t> first = pb.o.host;
+  run(pb, backend, &lse_b);
+  EXPECT_EQ(first, pb.o.host);
+  EXPECT_EQ(0, std::memcmp(lse_a.data(), lse_b.data(), lse_a.size() * 4));
 }
 
 std::vector<uint8_t> valid_elements(const Problem& pb, const ForwardParams& p) {

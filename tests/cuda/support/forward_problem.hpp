@@ -141,6 +141,9 @@ Reference reference(const Problem& pb, const flashattn::ForwardParams& p);
 // lse come back.
 void run(Problem& pb, flashattn::Backend backend, std::vector<float>* lse_out);
 
+// Two runs with `backend` on pb's inputs give the same bits (O and lse).
+void expect_runs_identical(Problem& pb, flashattn::Backend backend);
+
 // Elements of the o buffer that belong to the output (the rest is padding and gaps).
 std::vector<uint8_t> valid_elements(const Problem& pb, const flashattn::ForwardParams& p);
 

@@ -54,6 +54,17 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
 #endif
 }
 
+// Counts `count` arrivals at once (sm_90): a thread that stands for others, as a tail group's owner
+// of a K/V tile does for the consumers that never read it.
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar, uint32_t count) {
+#if defined(FLASHATTN_SM90_DEVICE)
+  [[maybe_unused]] uint64_t state;
+  asm volatile("mbarrier.arrive.shared::cta.b64 %0, [%1], %2;\n" : "=l"(state) : "r"(bar), "r"(count) : "memory");
+#else
+  __trap();
+#endif
+}
+
 // Counts one arrival and adds `bytes` to the transactions the current phase waits for: the producer
 // calls it once per stage, before (or together with) the TMA copies that will deliver those bytes.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
