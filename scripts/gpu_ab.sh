@@ -12,6 +12,7 @@
 #                                                      as columns r1, r2, ...
 #   EXTRA_LIBS="tree-nogroups=build/ab/tree/tools/gpu/libflashattn_shim.so:nogroups" scripts/gpu_ab.sh
 #                                                      more columns: compare_backward.py --lib specs
+#   TEST_FILTER='*Sm90ForwardTailGroups*' scripts/gpu_ab.sh   fewer tests (default *Sm90*)
 #   REFS="k-ahead" scripts/gpu_ab.sh --prepare         only extract the commits' sources into build/ab-src;
 #                                                      on the device: carry build/ab-src, AB_PREPARED=1
 # Builds go to build/ab (base, tree and each ref) and build/ab-tests; the commits' sources to
@@ -84,7 +85,7 @@ grep -h "spill" build/ab/tree.log | sort | uniq -c || true
 
 if [[ $TESTS == 1 ]]; then
   # bounded (TEST_TIMEOUT s, default 300): a kernel that hangs must not take the timing run with it
-  timeout "${TEST_TIMEOUT:-300}" build/ab-tests/tests/cuda/flashattn_cuda_tests --gtest_filter='*Sm90*' \
+  timeout "${TEST_TIMEOUT:-300}" build/ab-tests/tests/cuda/flashattn_cuda_tests --gtest_filter="${TEST_FILTER:-*Sm90*}" \
       > build/ab-tests.run.log 2>&1 || echo "the tests exited with $? (124: timed out)"
   grep -E "^\[  PASSED|tests ran" build/ab-tests.run.log || true
   echo "failed, by head dim (dims not built fail by design: built $HEAD_DIMS):"

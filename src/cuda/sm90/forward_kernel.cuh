@@ -400,6 +400,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
       hw::tma_prefetch_descriptor(p.q_map);
       hw::tma_prefetch_descriptor(p.k_map);
       hw::tma_prefetch_descriptor(p.v_map);
+      if (kGroupTails && p.tail_groups > 0) hw::tma_prefetch_descriptor(p.q_slice_map);
       int g = 0;  // K/V tiles issued so far
       for (int k = 0;; ++k) {
         tl::mark(p.timeline, k, tl::kSegment);
