@@ -13,6 +13,8 @@
 #   EXTRA_LIBS="tree-nogroups=build/ab/tree/tools/gpu/libflashattn_shim.so:nogroups" scripts/gpu_ab.sh
 #                                                      more columns: compare_backward.py --lib specs
 #   TEST_FILTER='*Sm90ForwardTailGroups*' scripts/gpu_ab.sh   fewer tests (default *Sm90*)
+#   TREE_CMAKE_ARGS=-DFLASHATTN_SM90_GROUP_TAILS=ON scripts/gpu_ab.sh   the tree's builds (shim, tests)
+#                                                      configured with more options
 #   REFS="k-ahead" scripts/gpu_ab.sh --prepare         only extract the commits' sources into build/ab-src;
 #                                                      on the device: carry build/ab-src, AB_PREPARED=1
 # Builds go to build/ab (base, tree and each ref) and build/ab-tests; the commits' sources to
@@ -64,13 +66,15 @@ libs=()
 for name in "${names[@]}" tree; do  # each shim, in the table's column order (the tree's from this checkout)
   src=build/ab-src/$name
   [[ $name == tree ]] && src=.
-  ( configure "$src" "$ROOT/build/ab/$name" -DFLASHATTN_BUILD_TESTS=OFF &&
+  tree_args=()
+  [[ $name == tree ]] && tree_args=(${TREE_CMAKE_ARGS:-})
+  ( configure "$src" "$ROOT/build/ab/$name" -DFLASHATTN_BUILD_TESTS=OFF "${tree_args[@]}" &&
     cmake --build "$ROOT/build/ab/$name" -j "$par" --target flashattn_shim > "$ROOT/build/ab/$name.log" 2>&1 ) &
   pids+=($!)
   libs+=(--lib "$name=build/ab/$name/tools/gpu/libflashattn_shim.so")
 done
 if [[ $TESTS == 1 ]]; then
-  ( configure . "$ROOT/build/ab-tests" &&
+  ( configure . "$ROOT/build/ab-tests" ${TREE_CMAKE_ARGS:-} &&
     cmake --build "$ROOT/build/ab-tests" -j "$par" --target flashattn_cuda_tests > "$ROOT/build/ab-tests.log" 2>&1 ) &
   pids+=($!)
 fi

@@ -183,13 +183,11 @@ struct Progress {
   __device__ __forceinline__ uint32_t q_parity() const { return (bits & kQOdd) ? 1u : 0u; }
   __device__ __forceinline__ bool started() const { return (bits & kStarted) != 0; }
   // The round is done, its item having consumed n_tiles K/V tiles and, when n_tiles > 0, a Q tile
-  // (pack-GQA counts one too, and never waits for q_full). turns = false: the item took no turns
-  // (a tail group), so it does not start the ring.
-  __device__ __forceinline__ void next_item(int n_tiles, bool turns = true) {
+  // (pack-GQA counts one too, and never waits for q_full).
+  __device__ __forceinline__ void next_item(int n_tiles) {
     const uint32_t item = (bits >> kItemShift) + 1;
     if (n_tiles > 0)
-      bits = static_cast<uint32_t>((tiles() + n_tiles) % kTileModulus) | ((bits & kQOdd) ^ kQOdd) |
-             (turns ? kStarted : bits & kStarted);
+      bits = static_cast<uint32_t>((tiles() + n_tiles) % kTileModulus) | ((bits & kQOdd) ^ kQOdd) | kStarted;
     bits = (bits & ((1u << kItemShift) - 1)) | (item << kItemShift);
   }
 };
@@ -533,7 +531,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
     const WorkTile& w = item.w;
     const int n_tiles = warp_uniform(w.tile_count<kGroupTails>());
     // A tail group (tile_scheduler.cuh): consumer c computes the tile's first 64 rows of the c-th
-    // head, from its slice of the Q tile, over that head's tiles (every tail_heads-th K/V tile).
+    // head, from its slice of the Q tile, over that head's tiles (every third K/V tile: tile_of).
     const bool tail_group = kGroupTails && warp_uniform(w.tail_heads) > 0;
     // Without a Q tile by TMA (no key tiles, or pack-GQA: the consumers copy Q), q_empty's phase k
     // only frees the ItemInfo slot of round k - 1 (read in its epilogue, which is done).
@@ -557,7 +555,13 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
 
     // The parts of one tile, by its K/V tile number g of the block: the item's tiles are g_begin ..
     // g_end - 1, g holding key tile n = n_top - g (the walk goes from the last visible one down).
-    const int g_begin = progress.tiles(), g_end = g_begin + n_tiles, n_top = warp_uniform(w.tiles.n_end) - 1 + g_begin;
+    // A tail group's consumer walks its own head's tiles g_begin .. g_begin + T - 1 the same way,
+    // each standing for the block's K/V tile tile_of(g) = g_begin + c + 3 (g - g_begin) (the
+    // producer interleaves the three heads' tiles): the waits, releases and GEMMs read tile_of(g).
+    const int g_begin = progress.tiles(), g_end = g_begin + (tail_group ? warp_uniform(w.tiles.count()) : n_tiles),
+              n_top = warp_uniform(w.tiles.n_end) - 1 + g_begin;
+    const int g_mul = tail_group ? kTailGroupHeads : 1, g_add = tail_group ? c - (kTailGroupHeads - 1) * g_begin : 0;
+    const auto tile_of = [&](int g) { return g_mul * g + g_add; };
     // Timeline builds: event (timeline.cuh's Phase) of tile g's phase.
     const auto mark_phase = [&](int g, int event) {
       tl::mark(p.timeline, progress.k(), tl::phase_slot(g - g_begin, event));
@@ -575,13 +579,18 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
     const int g_whole_begin = warp_uniform(mine.whole.count() > 0 ? n_top + 1 - mine.whole.n_end : g_end);
     const int g_whole_end = warp_uniform(mine.whole.count() > 0 ? n_top + 1 - mine.whole.n_begin : g_end);
     const auto masked = [&](int g) { return g < g_whole_begin || g >= g_whole_end; };
-    const auto wait_k = [&](int g) { hw::mbarrier_wait(bar(bars.k_full[slot_of(g)]), parity_of(g)); };
-    const auto wait_v = [&](int g) { hw::mbarrier_wait(bar(bars.v_full[slot_of(g)]), parity_of(g)); };
-    const auto release_k = [&](int g) { hw::mbarrier_arrive(bar(bars.k_empty[slot_of(g)])); };
-    const auto release_v = [&](int g) { hw::mbarrier_arrive(bar(bars.v_empty[slot_of(g)])); };
-    // A tail group's owner of tile g releases it for every consumer (below).
-    const auto release_k_for_all = [&](int g) { hw::mbarrier_arrive(bar(bars.k_empty[slot_of(g)]), kTiles.consumers); };
-    const auto release_v_for_all = [&](int g) { hw::mbarrier_arrive(bar(bars.v_empty[slot_of(g)]), kTiles.consumers); };
+    const auto wait_k = [&](int g) { hw::mbarrier_wait(bar(bars.k_full[slot_of(tile_of(g))]), parity_of(tile_of(g))); };
+    const auto wait_v = [&](int g) { hw::mbarrier_wait(bar(bars.v_full[slot_of(tile_of(g))]), parity_of(tile_of(g))); };
+    // A slot frees once every consumer has released it. A tail group's consumer never sees the
+    // others' tiles, and releases its own for all of them at once (an arrival counting kConsumers).
+    const auto release = [&](uint64_t& empty) {
+      if (tail_group)
+        hw::mbarrier_arrive(bar(empty), kTiles.consumers);
+      else
+        hw::mbarrier_arrive(bar(empty));
+    };
+    const auto release_k = [&](int g) { release(bars.k_empty[slot_of(tile_of(g))]); };
+    const auto release_v = [&](int g) { release(bars.v_empty[slot_of(tile_of(g))]); };
     // Once the item's last S is done, the Q tile is free for the next item's TMA load (wgmma read
     // it through the async proxy, which the load writes through; pack-GQA: released above). With
     // Q in registers it is free once they are loaded (release_q_loaded), and the item's last S
@@ -595,9 +604,9 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
     // with Q from registers keep_alive(qa)).
     const auto score = [&](auto& s, int g) {
       if constexpr (kQRegs)
-        score_gemm<T, kHeadDim, KTile>(s, qa, k_slot(slot_of(g)));
+        score_gemm<T, kHeadDim, KTile>(s, qa, k_slot(slot_of(tile_of(g))));
       else
-        score_gemm<T, kHeadDim, QTile, KTile>(s, q_slice, k_slot(slot_of(g)));
+        score_gemm<T, kHeadDim, QTile, KTile>(s, q_slice, k_slot(slot_of(tile_of(g))));
     };
     const auto s_retired = [&] {
       if constexpr (kQRegs) keep_alive(qa);
@@ -608,11 +617,11 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
     const auto issue_pv = [&](float(&acc)[kOAcc], const uint32_t(&pa)[kPSteps][4], int g, bool narrow) {
       if constexpr (kNarrowFirst) {
         if (narrow) {
-          value_gemm<T, VTile, kPSteps / 2>(acc, pa, v_slot(slot_of(g)));
+          value_gemm<T, VTile, kPSteps / 2>(acc, pa, v_slot(slot_of(tile_of(g))));
           return;
         }
       }
-      value_gemm<T, VTile, kPSteps>(acc, pa, v_slot(slot_of(g)));
+      value_gemm<T, VTile, kPSteps>(acc, pa, v_slot(slot_of(tile_of(g))));
     };
     // Scores of tile g (s: the whole tile, or a narrow S's half) -> final logits (softcap) -> masked
     // if `mask` (masked(g), or a constant where the phase is known to need the mask or not).
@@ -643,53 +652,25 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
       for (int x = 0; x < kOAcc; ++x) o[x] = 0.0f;
       Softmax softmax;
       softmax.init();
-      // One GEMM at a time (step 1, and a tail group's tiles): S(g) with K(g) released once done,
-      // then O += P(g) V(g) with V(g) released once done.
-      const auto serial_score = [&](float(&s)[kS], int g, bool for_all = false) {
+      // One GEMM at a time (step 1): S(g) with K(g) released once done, then O += P(g) V(g) with
+      // V(g) released once done.
+      const auto serial_score = [&](float(&s)[kS], int g) {
         wait_k(g);
         score(s, g);
         hw::wgmma_wait<0>();
         hw::wgmma_fence_operand(s);
         s_retired();
-        for_all ? release_k_for_all(g) : release_k(g);
+        release_k(g);
       };
-      const auto serial_pv = [&](const uint32_t(&pa)[kPSteps][4], int g, bool for_all = false) {
+      const auto serial_pv = [&](const uint32_t(&pa)[kPSteps][4], int g) {
         wait_v(g);
         issue_pv(o, pa, g, false);
         hw::wgmma_wait<0>();
         hw::wgmma_fence_operand(o);
         keep_alive(pa);
-        for_all ? release_v_for_all(g) : release_v(g);
+        release_v(g);
       };
-      if (tail_group) {
-        // Consumer c's tiles are g_begin + c + 3 j (key tile n_end - 1 - j of its head), one GEMM
-        // at a time: the two other consumers' GEMMs run under its softmax, as in
-        // the ring of turns, which a tail group does not take (no phase of it counts in the ring).
-        // Every consumer walks a head (past the group's heads, the last one again, stored by no
-        // one), so with three stages its tiles all take one K and one V slot: slot (g_begin + c) % 3.
-        // It neither waits for nor releases the others' tiles: an owner releases its tile for all
-        // the consumers at once (an arrival that counts kConsumers). Waiting for and releasing them
-        // unread, once landed (the first version), chained the three heads' loads one after another:
-        // about 14 us a key tile, 10x an ordinary item's (H100, docs/perf.md, "Tail groups").
-        // Without those waits a consumer has seen no phase of the others' slots, and a wait by
-        // parity must not lag a slot by two phases: after the group every consumer meets the others
-        // (kTailGroupEnd), once each has waited for all of its tiles, so that every phase of the
-        // group has completed before anyone waits for the next item's tiles.
-        const int n_last = warp_uniform(w.tiles.n_end) - 1;
-        for (int g = g_begin + c; g < g_end; g += kTailGroupHeads) {
-          const int n = n_last - (g - g_begin) / kTailGroupHeads;
-          float s[kS];
-          serial_score(s, g, /*for_all=*/true);
-          modify_scores<kSoftcap, kBlockN>(s, p, w, row0, n, quad_lane,
-                                           n < mine.whole.n_begin || n >= mine.whole.n_end);
-          softmax.update(s, o, score_scale_log2);
-          uint32_t pa[kPSteps][4];
-          pack_p<T>(pa, s);
-          serial_pv(pa, g, /*for_all=*/true);
-        }
-        release_q();
-        hw::named_barrier_sync(static_cast<int>(NamedBarrier::kTailGroupEnd), kConsumerThreads);
-      } else if constexpr (!kTiles.pingpong && !kTiles.overlap) {
+      if constexpr (!kTiles.pingpong && !kTiles.overlap) {
         // Step 1: one GEMM at a time; the tiles before g_first waited for and released unread (a
         // slot frees once every consumer has released it, and is refilled only after).
         for (int g = g_begin; g < g_end; ++g) {
@@ -853,6 +834,17 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
           release_v(g_end - 1);
         }
       }
+      // A tail group: each consumer ran its own head's tiles, which all take one K and one V slot
+      // (every third tile, three stages; the last group's spare consumers walk its last head
+      // again), through the same phases and turns as an item's, and waited for and released only
+      // those. (The first version ran the group in a loop of its own, where each consumer also
+      // waited for and released the others' tiles: exact but 1.8-1.9x slower, H100, session 37;
+      // and its own P V sites made ptxas serialize the kernel's wgmmas, C7511.) Having seen no
+      // phase of the others' slots, a consumer must not wait by parity on one of them two phases
+      // behind: the consumers meet here, once each has waited for all of its tiles, so that every
+      // phase of the group has completed before anyone waits for the next item's tiles
+      // (tools/models/kv_pipeline.py).
+      if (tail_group) hw::named_barrier_sync(static_cast<int>(NamedBarrier::kTailGroupEnd), kConsumerThreads);
 
       // Row sums by P V: l from o's ones columns (each lane of a quad holds its rows' whole sums).
       if constexpr (kRowSums) softmax.take_row_sums(o[acc_index(kO / 4, 0, 0)], o[acc_index(kO / 4, 1, 0)]);
@@ -938,8 +930,8 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
       }
     }
     tl::mark(p.timeline, progress.k(), tl::kStored);
-    // n_tiles, not kept in a register over the epilogue; a tail group took no turns.
-    progress.next_item(e.tile_count<kGroupTails>(), !(kGroupTails && e.tail_heads > 0));
+    // n_tiles, not kept in a register over the epilogue.
+    progress.next_item(e.tile_count<kGroupTails>());
   }
   const GemmTurns<kTiles.consumers, kTiles.pingpong> turns{consumer_thread().c};
   turns.finish(/*any_phase=*/progress.started());

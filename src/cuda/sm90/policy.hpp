@@ -143,10 +143,12 @@ constexpr bool banded(int window_left, int window_right) { return window_left >=
 // -2.5 to -6% at d = 128, flat within noise at d = 256 (H100, docs/perf.md, 2026-12-05): not kept.
 // Tail groups (group_tails, tile_scheduler.cuh), d = 128 without a band: the first version ran
 // exact but 1.8-1.9x slower (H100, session 37: 389 against 703 TFLOP/s at n = 4k, 394 against 762
-// at 16k; each consumer released the other heads' tiles, which chained the three heads' loads).
-// The owners now release for all; that version compiles with the switch on (no spills, 168/128
-// registers) but has not run on a GPU (session 37's device starts were refused): off until the
-// tests and an A/B have run with it on (docs/perf.md, "Tail groups, first run").
+// at 16k). Its own loop made ptxas serialize the kernel's wgmmas (C7511), and its releases chained
+// the three heads' loads. The group now runs through the main loop, and each tile's owner releases
+// it for all. That version compiles with the switch on (no spills, no C7511, 168/128 registers)
+// but has not run on a GPU (session 37's device starts were refused). It stays off
+// (FLASHATTN_SM90_GROUP_TAILS, below; CMake can override it) until the tests and an A/B have run
+// with it on (docs/perf.md, "Tail groups, first run").
 // Problems without a band take their own tiles where they differ (banded = false below):
 // d = 128 three consumers of 64 x 80 tiles, Br = 192, three stages, turns in a ring of three without
 // the overlap (there are no registers for a second S tile at 160 a thread), Q from shared memory.
@@ -156,10 +158,13 @@ constexpr bool banded(int window_left, int window_right) { return window_left >=
 // 2026-12-06, n = 2k-16k): non-causal +0.6 to +3.5% (H200), +0.9 to +6% (H100); causal -6 to -5% at
 // n = 4k-16k (H200): the band keeps two consumers. 64 x 64 tiles in four stages: -0.5 to -2.5%
 // non-causal (H200); with k_ahead -1.4 to -3.6%, without tree reductions -0.2 to -3.2% (H100).
+#ifndef FLASHATTN_SM90_GROUP_TAILS
+#define FLASHATTN_SM90_GROUP_TAILS 0  // the d = 128 policy's tail groups (above); CMake can override
+#endif
 constexpr ForwardTiles forward_tiles(int head_dim, bool banded) {
   if (head_dim == 128 && !banded)
     return {128, 3, 80, 3, 32, 160, true, false, false, false, false, true, true, false, true, 0,
-            Persistence::kAlways, /*group_tails=*/false};
+            Persistence::kAlways, /*group_tails=*/FLASHATTN_SM90_GROUP_TAILS != 0};
   switch (head_dim) {
     //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv k_ahead narrow_first
     //               tree lazy q_regs row_sums_by_pv exp2_poly_share persistent group_tails
