@@ -4,10 +4,13 @@ interleavings: one producer issuing K/V tiles into S = 3 slots per ring after ea
 barrier passes, a TMA unit landing the copies in any order, and C = 3 consumers waiting by parity
 (mbarrier try_wait.parity: only the parity of the phase is known) and releasing. Ordinary items: every
 consumer waits for and releases every tile. Tail groups: consumer c reads every third tile (its own
-slot), and releases it with one arrival counting C; the consumers meet after the group. Checked: no
-deadlock, and every read sees its own tile, unchanged until released. A second pass drops the meeting
-and must find failures (a consumer waiting by parity on a slot two phases behind), so that the model
-is shown able to fail.
+slot), and releases it with one arrival counting C; the consumers meet after the group. Both take
+their GEMM phases in the ring of turns (consumer 0, 1, 2, 0, ...; a phase waits for its tiles
+before its turn and releases them after). Checked: no deadlock, and every read sees its own tile,
+unchanged until released; as the kernel runs (turns and the meeting), and with the meeting alone
+(the turns keep the consumers within a phase of each other, so the meeting is what holds without
+them). A third pass drops both and must find failures (a consumer waiting by parity on a slot two
+phases behind), so that the model is shown able to fail.
 
     python3 tools/models/kv_pipeline.py [runs]
 """
@@ -30,7 +33,7 @@ class Bar:
 
 def parity_of(g): return (g // S) & 1
 
-def run(seed, items, old=False):
+def run(seed, items, meet=True, ring=True):
     rng = random.Random(seed)
     full = {x: [Bar(1) for _ in range(S)] for x in "kv"}
     empty = {x: [Bar(C) for _ in range(S)] for x in "kv"}
@@ -70,24 +73,36 @@ def run(seed, items, old=False):
                 full[x][s].arrive()
             yield
 
+    turn = {"c": 0}  # the ring of turns: whose GEMMs issue next
+
     def consumer(c):
         g = 0
         for kind, t in items:
             n = 3 * t if kind == "group" else t
-            mine = range(g + c, g + n, 3) if kind == "group" else range(g, g + n)
+            mine = list(range(g + c, g + n, 3)) if kind == "group" else list(range(g, g + n))
             count = C if kind == "group" else 1
-            for tile in mine:
-                for x in "kv":
+            # Phases 0 .. len(mine): phase j waits for K(j) and V(j - 1), takes its turn, issues
+            # S(j) and P V(j - 1), passes the turn, and releases both once read.
+            for j in range(len(mine) + 1):
+                need = ([("k", mine[j])] if j < len(mine) else []) + ([("v", mine[j - 1])] if j > 0 else [])
+                for x, tile in need:
                     s = tile % S
                     while not full[x][s].passed(parity_of(tile)):
                         yield
-                    assert content[x][s] == tile, f"consumer {c} read {x} slot {s}: tile {content[x][s]}, wanted {tile}"
-                    for _ in range(rng.randrange(3)):
-                        yield
-                        assert content[x][s] == tile, f"consumer {c}: {x} slot {s} overwritten while read"
-                    empty[x][s].arrive(count)
+                while ring and turn["c"] != c:
                     yield
-            if kind == "group" and not old:
+                for x, tile in need:
+                    s = tile % S
+                    assert content[x][s] == tile, f"consumer {c} read {x} slot {s}: tile {content[x][s]}, wanted {tile}"
+                turn["c"] = (c + 1) % C
+                for _ in range(rng.randrange(3)):
+                    yield
+                    for x, tile in need:
+                        assert content[x][tile % S] == tile, f"consumer {c}: {x} slot {tile % S} overwritten while read"
+                for x, tile in need:
+                    empty[x][tile % S].arrive(count)
+                yield
+            if kind == "group" and meet:
                 gen = end_bar["gen"]
                 end_bar["arrived"] += 1
                 if end_bar["arrived"] == C:
@@ -116,22 +131,24 @@ def run(seed, items, old=False):
     return None
 
 runs = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
-bad = 0
-for seed in range(runs):
-    rng = random.Random(seed * 7 + 1)
-    items = [(rng.choice(["group", "item", "item"]), rng.randint(1, 4)) for _ in range(rng.randint(2, 6))]
-    r = run(seed, items)
-    if r:
-        bad += 1
-        if bad <= 5: print("seed", seed, items, r)
-print(f"failures: {bad} of {runs} runs")
 
-# Sanity: without the meeting after a group, a consumer may wait by parity on a slot two phases
-# behind; the simulation must find such runs.
-bad_old = 0
-for seed in range(runs):
-    rng = random.Random(seed * 7 + 1)
-    items = [(rng.choice(["group", "item", "item"]), rng.randint(1, 4)) for _ in range(rng.randint(2, 6))]
-    if run(seed, items, old=True): bad_old += 1
-print(f"failures without the meeting: {bad_old} of {runs} runs (must be > 0)")
-sys.exit(1 if bad > 0 or bad_old == 0 else 0)
+
+def failures(**kw):
+    bad = 0
+    for seed in range(runs):
+        rng = random.Random(seed * 7 + 1)
+        items = [(rng.choice(["group", "item", "item"]), rng.randint(1, 4)) for _ in range(rng.randint(2, 6))]
+        r = run(seed, items, **kw)
+        if r:
+            bad += 1
+            if bad <= 3 and kw.get("meet", True):
+                print("  seed", seed, items, r)
+    return bad
+
+
+kernel = failures()  # the kernel: turns and the meeting
+no_ring = failures(ring=False)  # the meeting alone keeps it right
+sanity = failures(ring=False, meet=False)  # neither: a consumer lags a slot by two phases
+print(f"failures: {kernel} of {runs} runs (turns and the meeting), {no_ring} (the meeting, no turns), "
+      f"{sanity} (neither: must be > 0, the model able to fail)")
+sys.exit(1 if kernel or no_ring or sanity == 0 else 0)
