@@ -408,9 +408,10 @@ TEST(Sm90ForwardPackGqa, RuleTakesThePackedPathForFewRows) {
 // rows fill one consumer's slice (sq % 192 in 1 .. 64) of three (batch, head)s in one item, each
 // consumer on its own head's rows and K/V tiles. Groups of 3 and of fewer heads (4, 10 and 512
 // heads: 3 + 1, 3 + 3 + 3 + 1, 171 groups over more than one round of the grid; a last group of
-// fewer heads has its spare consumers walk the last head again, unstored), a problem of groups only
-// (sq = 40), tails of 40, 11, 64 and 1 rows, head dims served by the d = 128 instantiation (112), partial last key tiles (Bc =
-// 80), one key tile, softcap, a growing row maximum, no lse and strided rows. (GQA with such tails
+// fewer heads has its spare consumers walk the last head again, unstored), a problem of groups
+// only (sq = 40), tails of 40, 11, 64 and 1 rows, head dims served by the d = 128 instantiation
+// (112), partial last key tiles (Bc = 80), one key tile, softcap, a growing row maximum, no lse
+// and strided rows. (GQA with such tails
 // always packs: fewer tiles. The split tail with groups first: the Split suite's d = 128 cases.)
 std::vector<Case> tail_group_cases() {
   std::vector<Case> cases;
@@ -471,9 +472,8 @@ TEST(Sm90ForwardTailGroups, RuleGroupsOneSliceTails) {
   EXPECT_EQ(groups(make(DType::kBFloat16, 1, 1000, 300, 1, 1, 128)), 0);    // one head
   EXPECT_EQ(groups(make(DType::kBFloat16, 1, 1, 300, 8, 1, 128)), 0);       // pack-GQA
   EXPECT_EQ(groups(make(DType::kBFloat16, 1, 1000, 300, 4, 4, 256)), 0);
-  setenv("FLASHATTN_SM90_TAIL_GROUPS", "0", 1);  // the measurement switch: every tile its own item
+  const ScopedEnv off("FLASHATTN_SM90_TAIL_GROUPS", "0");  // the measurement switch: every tile its own item
   EXPECT_EQ(groups(make(DType::kBFloat16, 1, 1000, 300, 4, 4, 128)), 0);
-  unsetenv("FLASHATTN_SM90_TAIL_GROUPS");
 }
 
 // The split tail after tail groups, with a debt per group (tile_scheduler.cuh, tail_units_begin:

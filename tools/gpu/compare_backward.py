@@ -68,7 +68,8 @@ def main():
             if mod in ("nogroups", "nosplit"):
                 opts[mod.removeprefix("no")] = False
             elif "=" in mod:
-                opts.setdefault("env", {})[mod.split("=", 1)[0]] = mod.split("=", 1)[1]
+                key, value = mod.split("=", 1)
+                opts.setdefault("env", {})[key] = value
             else:
                 raise SystemExit(f"--lib {spec}: unknown option :{mod} (nogroups, nosplit or NAME=VALUE)")
         loaded.setdefault(path, Ours(path))

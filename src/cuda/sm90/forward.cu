@@ -24,6 +24,7 @@
 #include "cuda/sm90/tail_groups.hpp"
 #include "cuda/sm90/policy.hpp"
 #include "cuda/sm90/split_tail.cuh"  // SplitLayout
+#include "cuda/sm90/tile_scheduler.cuh"  // split_units_begin, tail_groups_before
 
 namespace flashattn::detail {
 namespace {
@@ -248,6 +249,7 @@ struct SplitTail {
   int key_tiles = 0;
   long long units = 0;
   int group_debt = 0;  // ForwardKernelParams::tail_group_debt
+  int units_per_block = 0, units_extra = 0;  // L and R (tile_scheduler.cuh, tail_units_begin)
   size_t counter_bytes = 0, bytes = 0;  // of the workspace; 0: no split
 };
 
@@ -260,11 +262,11 @@ int tail_group_debt(const ForwardKernelParams& k, int key_tiles, long long units
   if (k.tail_groups == 0 || env == nullptr) return 0;
   const long long debt = std::strtol(env, nullptr, 10) * static_cast<long long>(key_tiles) / 100;
   if (debt <= 0) return 0;
-  const long long groups = k.tail_groups, total = units + groups * debt;
+  const long long total = units + k.tail_groups * debt;
   if (total > std::numeric_limits<int32_t>::max()) return 0;
-  const long long l = total / blocks, r = total % blocks;  // tail_units_begin's L and R
-  const auto begin = [&](long long x) {
-    return x * l + std::min(x, r) - debt * (groups / blocks * x + std::min<long long>(x, groups % blocks));
+  const int l = static_cast<int>(total / blocks), r = static_cast<int>(total % blocks);  // L and R
+  const auto begin = [&](int x) {
+    return sm90::split_units_begin(x, l, r) - static_cast<int>(debt) * sm90::tail_groups_before(x, k.tail_groups, blocks);
   };
   for (int x = 0; x < blocks; ++x)
     if (begin(x + 1) - begin(x) < key_tiles) return 0;
@@ -289,6 +291,9 @@ SplitTail split_tail(const ForwardKernelParams& k, const ForwardTiles& tiles, in
   split.units = static_cast<long long>(k.num_items - split.round * blocks) * key_tiles;
   if (split.units > std::numeric_limits<int32_t>::max()) return SplitTail{};  // 32-bit unit indices
   split.group_debt = tail_group_debt(k, key_tiles, split.units, blocks);
+  const long long cut = split.units + static_cast<long long>(k.tail_groups) * split.group_debt;
+  split.units_per_block = static_cast<int>(cut / blocks);
+  split.units_extra = static_cast<int>(cut % blocks);
   split.counter_bytes = sm90::SplitLayout::counter_bytes(blocks - 1, tiles.consumers);
   split.bytes = sm90::SplitLayout::bytes(blocks - 1, tiles.consumers, tiles.head_dim);
   return split;
@@ -414,9 +419,8 @@ Status cuda_sm90_forward(const ForwardParams& p, void* workspace, void* stream) 
                                                 std::to_string(split.bytes) + " bytes"};
     k.split_round = split.round;
     k.key_tiles = split.key_tiles;
-    const long long cut = split.units + static_cast<long long>(k.tail_groups) * split.group_debt;
-    k.tail_units_per_block = static_cast<int>(cut / blocks);
-    k.tail_units_extra = static_cast<int>(cut % blocks);
+    k.tail_units_per_block = split.units_per_block;
+    k.tail_units_extra = split.units_extra;
     k.tail_group_debt = split.group_debt;
     k.split_counters = static_cast<int*>(workspace);
     k.split_partials = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + split.counter_bytes);

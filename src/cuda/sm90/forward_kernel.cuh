@@ -652,24 +652,6 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
       for (int x = 0; x < kOAcc; ++x) o[x] = 0.0f;
       Softmax softmax;
       softmax.init();
-      // One GEMM at a time (step 1): S(g) with K(g) released once done, then O += P(g) V(g) with
-      // V(g) released once done.
-      const auto serial_score = [&](float(&s)[kS], int g) {
-        wait_k(g);
-        score(s, g);
-        hw::wgmma_wait<0>();
-        hw::wgmma_fence_operand(s);
-        s_retired();
-        release_k(g);
-      };
-      const auto serial_pv = [&](const uint32_t(&pa)[kPSteps][4], int g) {
-        wait_v(g);
-        issue_pv(o, pa, g, false);
-        hw::wgmma_wait<0>();
-        hw::wgmma_fence_operand(o);
-        keep_alive(pa);
-        release_v(g);
-      };
       if constexpr (!kTiles.pingpong && !kTiles.overlap) {
         // Step 1: one GEMM at a time; the tiles before g_first waited for and released unread (a
         // slot frees once every consumer has released it, and is refilled only after).
@@ -683,14 +665,25 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
             continue;
           }
           float s[kS];
-          serial_score(s, g);
+          wait_k(g);
+          score(s, g);
+          hw::wgmma_wait<0>();
+          hw::wgmma_fence_operand(s);
+          s_retired();
+          release_k(g);
           if (g == g_end - 1) release_q();
 
           modify(s, g, masked(g));
           softmax.update(s, o, score_scale_log2);
           uint32_t pa[kPSteps][4];
           pack_p<T>(pa, s);
-          serial_pv(pa, g);
+
+          wait_v(g);
+          issue_pv(o, pa, g, false);
+          hw::wgmma_wait<0>();
+          hw::wgmma_fence_operand(o);
+          keep_alive(pa);
+          release_v(g);
         }
       } else {
         // Steps 2-3: phases 0 .. N (N = n_tiles), phase i issuing S(i) (i < N) and O += P(i-1) V(i-1)

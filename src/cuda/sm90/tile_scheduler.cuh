@@ -110,11 +110,18 @@ struct Segment {
 // block's share is less D for each group it ran (group i on block i % G: block_item), so that every
 // block ends at the same time where a group costs D units more than an item. The host checks that
 // every block's range still holds at least T units.
+// The two terms, shared with the host's check (forward.cu, tail_group_debt): x L + min(x, R), and
+// the tail groups on blocks 0 .. x - 1 (group i on block i % G).
+__host__ __device__ constexpr int split_units_begin(int x, int per_block, int extra) {
+  return x * per_block + (x < extra ? x : extra);
+}
+__host__ __device__ constexpr int tail_groups_before(int x, int groups, int blocks) {
+  return groups / blocks * x + (x < groups % blocks ? x : groups % blocks);
+}
 __device__ __forceinline__ int tail_units_begin(const ForwardKernelParams& p, int x) {
-  const int u = x * p.tail_units_per_block + min(x, p.tail_units_extra);
+  const int u = split_units_begin(x, p.tail_units_per_block, p.tail_units_extra);
   if (p.tail_group_debt == 0) return u;
-  const int g = blocks_in_grid(), groups_before = p.tail_groups / g * x + min(x, p.tail_groups % g);
-  return u - p.tail_group_debt * groups_before;
+  return u - p.tail_group_debt * tail_groups_before(x, p.tail_groups, blocks_in_grid());
 }
 
 __device__ __forceinline__ Segment block_segment(const ForwardKernelParams& p, int k) {
