@@ -145,10 +145,11 @@ constexpr bool banded(int window_left, int window_right) { return window_left >=
 // exact but 1.8-1.9x slower (H100, session 37: 389 against 703 TFLOP/s at n = 4k, 394 against 762
 // at 16k). Its own loop made ptxas serialize the kernel's wgmmas (C7511), and its releases chained
 // the three heads' loads. The group now runs through the main loop, and each tile's owner releases
-// it for all. That version compiles with the switch on (no spills, no C7511, 168/128 registers)
-// but has not run on a GPU (session 37's device starts were refused). It stays off
-// (FLASHATTN_SM90_GROUP_TAILS, below; CMake can override it) until the tests and an A/B have run
-// with it on (docs/perf.md, "Tail groups, first run").
+// it for all. That version (no spills, no C7511, 168/128 registers) runs exact, racecheck and
+// synccheck clean, but loses (H100, session 38, one process beside main): -6% at n = 4k, 0% at 8k,
+// -11% at 16k; a split debt of 20 or 40% of an item wins back 1-2%. The same kernel with groups
+// switched off at run time is within -3 to -0.1% of main. Off (FLASHATTN_SM90_GROUP_TAILS, below;
+// CMake can override it): a group costs more than the item it saves (docs/perf.md, "Tail groups").
 // Problems without a band take their own tiles where they differ (banded = false below):
 // d = 128 three consumers of 64 x 80 tiles, Br = 192, three stages, turns in a ring of three without
 // the overlap (there are no registers for a second S tile at 160 a thread), Q from shared memory.
