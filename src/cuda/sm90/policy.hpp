@@ -147,7 +147,7 @@ constexpr bool banded(int window_left, int window_right) { return window_left >=
 // the three heads' loads. The group now runs through the main loop, and each tile's owner releases
 // it for all. That version (no spills, no C7511, 168/128 registers) runs exact, racecheck and
 // synccheck clean, but loses (H100, session 38, one process beside main): -6% at n = 4k, 0% at 8k,
-// -11% at 16k; a split debt of 20 or 40% of an item wins back 1-2%. The same kernel with groups
+// -11% at 16k; a split debt of 20 or 40% of an item wins back 1-3%. The same kernel with groups
 // switched off at run time is within -3 to -0.1% of main. Off (FLASHATTN_SM90_GROUP_TAILS, below;
 // CMake can override it): a group costs more than the item it saves (docs/perf.md, "Tail groups").
 // Problems without a band take their own tiles where they differ (banded = false below):
