@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""What a query tile with rows for fewer consumers costs against a whole one (the sm90 forward's lone
-tails, tile_scheduler.cuh; forward.cu's kLoneTailCreditPercent). For each head dim, key count and
-rows per tile (64, 128 and Br = 192: one, two and three of the three consumers' slices), the forward
+"""What a query tile with rows for fewer consumers costs against a whole one (the sm90 forward's last
+query tile of each head, 4096 = 21 x 192 + 64; docs/perf.md, "lone tails"). For each head dim, key
+count and rows per tile (64, 128 and Br = 192: one, two and three of the three consumers' slices:
+the policies of d = 64 and of d = 128 without a band, policy.hpp; no other head dim), the forward
 of one query tile per (batch, head) is timed on one and on two full waves of the persistent grid
 (G and 2 G items, G = the SMs: no split tail, no partial wave); the slope is one item's time,
 without the launch. Prints each slope and its ratio to the whole tile's: 1 - ratio is the credit.
@@ -24,11 +25,14 @@ def main():
     ap.add_argument("--dims", default="128,64")
     ap.add_argument("--keys", default="4096,16384")
     args = ap.parse_args()
+    dims = [int(x) for x in args.dims.split(",")]
+    if any(d not in (64, 128) for d in dims):
+        sys.exit(f"--dims {args.dims}: takes 64 and 128 (the policies of 192-row tiles in three slices)")
     lib = Ours(args.lib)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"device: {torch.cuda.get_device_name()}, {sms} SMs; bf16; one query tile per (batch, head)")
     print(f"{'d':>4} {'keys':>6} {'rows':>5} {'1 wave us':>10} {'2 waves us':>11} {'item us':>8} {'/whole':>7}")
-    for d in (int(x) for x in args.dims.split(",")):
+    for d in dims:
         for sk in (int(x) for x in args.keys.split(",")):
             fns, shapes = {}, {}
             for rows in (64, 128, 192):
