@@ -10,10 +10,10 @@
 #   SEQLENS=4096,8192 CAUSAL=no TESTS=0 scripts/gpu_ab.sh
 #   REFS="k-ahead exp2-poly" scripts/gpu_ab.sh         more commits (branches) timed in the same process,
 #                                                      as columns r1, r2, ...
-#   EXTRA_LIBS="tree-nogroups=build/ab/tree/tools/gpu/libflashattn_shim.so:nogroups" scripts/gpu_ab.sh
+#   EXTRA_LIBS="tree-noshare=build/ab/tree/tools/gpu/libflashattn_shim.so:noshare" scripts/gpu_ab.sh
 #                                                      more columns: compare_backward.py --lib specs
 #   TEST_FILTER='*Sm90ForwardTailGroups*' scripts/gpu_ab.sh   fewer tests (default *Sm90*)
-#   TREE_CMAKE_ARGS=-DFLASHATTN_SM90_GROUP_TAILS=ON scripts/gpu_ab.sh   the tree's builds (shim, tests)
+#   TREE_CMAKE_ARGS=-DFLASHATTN_SM90_SHARE_TAILS=ON scripts/gpu_ab.sh   the tree's builds (shim, tests)
 #                                                      configured with more options
 #   REFS="k-ahead" scripts/gpu_ab.sh --prepare         only extract the commits' sources into build/ab-src;
 #                                                      on the device: carry build/ab-src, AB_PREPARED=1

@@ -32,19 +32,19 @@ timed "asan tests" env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTION
 step "Installed package + examples/"
 timed "install + example" bash scripts/check_install.sh
 if command -v nvcc >/dev/null 2>&1; then
-  # The sm90 d = 128 kernel with tail groups on (policy.hpp's FLASHATTN_SM90_GROUP_TAILS): while the
-  # policy keeps them off, the Release build compiles that path out; this compiles it, and fails on
-  # any register spill or wgmma serialization (ptxas C7511: the first version of the path had it).
-  step "sm90 forward with tail groups (compile-only, d = 128)"
+  # The sm90 d = 128 kernel with shared tails on (policy.hpp's FLASHATTN_SM90_SHARE_TAILS), whatever the
+  # policy's default: compiled, and failing on any register spill or wgmma serialization (ptxas
+  # C7511: the first version of the tail groups, the path before it, had it).
+  step "sm90 forward with shared tails (compile-only, d = 128)"
   t0=$(date +%s)
-  nvcc -Iinclude -Isrc -O3 -DNDEBUG -DFLASHATTN_SM90_GROUP_TAILS=1 -gencode=arch=compute_90a,code=sm_90a \
+  nvcc -Iinclude -Isrc -O3 -DNDEBUG -DFLASHATTN_SM90_SHARE_TAILS=1 -gencode=arch=compute_90a,code=sm_90a \
        --expt-relaxed-constexpr -Xptxas=-v -std=c++17 -x cu -c src/cuda/sm90/instantiations/forward_hdim128_bf16.cu \
-       -o /dev/null 2> build/tail_groups_ptxas.log || { cat build/tail_groups_ptxas.log; exit 1; }
-  if grep -E "[1-9][0-9]* bytes spill (stores|loads)|C7511" build/tail_groups_ptxas.log; then
-    echo "the tail-group kernel spills registers or has its wgmmas serialized (C7511)"; exit 1
+       -o /dev/null 2> build/shared_tails_ptxas.log || { cat build/shared_tails_ptxas.log; exit 1; }
+  if grep -E "[1-9][0-9]* bytes spill (stores|loads)|C7511" build/shared_tails_ptxas.log; then
+    echo "the shared-tail kernel spills registers or has its wgmmas serialized (C7511)"; exit 1
   fi
-  grep -c "0 bytes spill stores" build/tail_groups_ptxas.log | xargs echo "kernels without spills:"
-  echo "[time] tail groups compile: $(( $(date +%s) - t0 )) s"
+  grep -c "0 bytes spill stores" build/shared_tails_ptxas.log | xargs echo "kernels without spills:"
+  echo "[time] shared tails compile: $(( $(date +%s) - t0 )) s"
   # From the Release tree built above (its CUDA code compiled once, not again for this check).
   step "Installed package with the CUDA backends + examples/"
   timed "install (CUDA) + example" env BUILD=build/release bash scripts/check_install.sh

@@ -26,7 +26,7 @@
 #include "cuda/cuda_backend.hpp"
 #include "cuda/sm90/pack_gqa.hpp"
 #include "cuda/sm90/policy.hpp"
-#include "cuda/sm90/tail_groups.hpp"
+#include "cuda/sm90/shared_tails.hpp"
 #include "cuda/support/cuda_test_util.hpp"
 #include "cuda/support/forward_problem.hpp"
 
@@ -404,108 +404,120 @@ TEST(Sm90ForwardPackGqa, RuleTakesThePackedPathForFewRows) {
   EXPECT_FALSE(packs(make(DType::kFloat16, 1, 192, 300, 4, 1, 64)));    // Br 192: full either way
 }
 
-// Tail groups (tile_scheduler.cuh; d = 128 without a band, Br = 192): the last query tiles whose
-// rows fill one consumer's slice (sq % 192 in 1 .. 64) of three (batch, head)s in one item, each
-// consumer on its own head's rows and K/V tiles. Groups of 3 and of fewer heads (4, 10 and 512
-// heads: 3 + 1, 3 + 3 + 3 + 1, 171 groups over more than one round of the grid; a last group of
-// fewer heads has its spare consumers walk the last head again, unstored), a problem of groups
-// only (sq = 40), tails of 40, 11, 64 and 1 rows, head dims served by the d = 128 instantiation
-// (112), partial last key tiles (Bc = 80), one key tile, softcap, a growing row maximum, no lse
-// and strided rows. (GQA with such tails
-// always packs: fewer tiles. The split tail with groups first: the Split suite's d = 128 cases.)
-std::vector<Case> tail_group_cases() {
+// Shared tails (tile_scheduler.cuh; d = 128 without a band, Br = 192, Bc = 80): the last query tile
+// whose rows fill one consumer's slice (sq % 192 in 1 .. 64) with three key tiles or more runs on all
+// three consumers, each over every third key tile, the three states merged. Tails of 40, 11, 64 and
+// 1 rows; 13 key tiles (shares of 5, 4, 4, the partial last key tile in consumer 0's first), 10, 5
+// (2, 2, 1: the short share's empty turn), 4, and 3 (one tile each, the first of a single key);
+// head dims served by the d = 128 instantiation (112); 512 heads (tails over more than one round of
+// the grid); a problem of tails only (sq = 40) and MHA decode (sq = 1 against 4096 keys, 52 tiles);
+// softcap, a growing row maximum (the shares' maxima differ), no lse and strided rows. (GQA with such
+// tails always packs: fewer tiles. The split tail after shared tails: the Split suite's d = 128 cases
+// and SplitWithCreditIsExact.)
+std::vector<Case> shared_tail_cases() {
   std::vector<Case> cases;
   constexpr DType kBf16 = DType::kBFloat16, kFp16 = DType::kFloat16;
   cases.push_back(make(kBf16, 1, 1000, 1000, 4, 4, 128));
   cases.push_back(make(kFp16, 2, 203, 777, 5, 5, 112));
   cases.push_back(make(kBf16, 2, 256, 333, 3, 3, 128));
   cases.push_back(make(kFp16, 1, 193, 250, 2, 2, 128));
-  cases.push_back(make(kBf16, 16, 203, 100, 32, 32, 128));
-  cases.push_back(make(kBf16, 3, 203, 61, 3, 3, 128));
-  cases.push_back(make(kBf16, 2, 40, 300, 5, 5, 128));  // every item a group (3 + 3 + 3 + 1)
+  cases.push_back(make(kBf16, 16, 203, 161, 32, 32, 128));
+  cases.push_back(make(kBf16, 3, 203, 240, 3, 3, 128));
+  cases.push_back(make(kBf16, 2, 40, 300, 5, 5, 128));
+  cases.push_back(make(kBf16, 2, 1, 4096, 8, 8, 128));
   cases.push_back(softcap(make(kFp16, 1, 203, 300, 3, 3, 128), 5.0f));
   cases.push_back(key_ramp(make(kBf16, 1, 1000, 900, 3, 3, 128), 8.0f));
   add_strided_pair(cases, make(kBf16, 2, 1000, 500, 4, 4, 128));
   return cases;
 }
 
-// Whether the d = 128 unbanded policy groups tails (policy.hpp: off until measured on a GPU; the
-// cases below then run as plain items, and the rule expects no groups).
-constexpr bool kTailGroupsOn = fd::sm90::forward_tiles(128, false).group_tails;
+// Whether the d = 128 unbanded policy shares tails (policy.hpp's share_tails; off, the cases below
+// run as plain items, and the rule expects none).
+constexpr bool kSharedTailsOn = fd::sm90::forward_tiles(128, false).share_tails;
 
-// The case must be one the sm90 path runs with tail groups where the policy groups them (the strided
-// pair's d = 64 case has none: its policy does not group); then as check_case.
-class Sm90ForwardTailGroups : public ::testing::TestWithParam<Case> {};
-TEST_P(Sm90ForwardTailGroups, MatchesReferenceAndSm80) {
+// The case must be one the sm90 path runs with shared tails where the policy shares them (the
+// strided pair's d = 64 case has none: its policy does not); then as check_case.
+class Sm90ForwardSharedTails : public ::testing::TestWithParam<Case> {};
+TEST_P(Sm90ForwardSharedTails, MatchesReferenceAndSm80) {
   SKIP_UNLESS_HOPPER();
   {
     const std::unique_ptr<Problem> pb = new_problem(GetParam());
     if (::testing::Test::HasFailure()) return;
-    if (GetParam().d > 64 && kTailGroupsOn) {
-      ASSERT_GT(fd::cuda_sm90_forward_tail_groups(pb->params()), 0) << "the case must make tail groups";
-    } else if (GetParam().d > 64) {
-      ASSERT_EQ(fd::cuda_sm90_forward_tail_groups(pb->params()), 0) << "the d = 128 policy's group_tails is off";
+    const int tails = fd::cuda_sm90_forward_shared_tails(pb->params());
+    if (GetParam().d > 64 && kSharedTailsOn) {
+      ASSERT_EQ(tails, GetParam().batch * GetParam().hq) << "the case must share every head's last tile";
     } else {
-      ASSERT_EQ(fd::cuda_sm90_forward_tail_groups(pb->params()), 0) << "d = 64's policy makes no tail groups";
+      ASSERT_EQ(tails, 0) << (GetParam().d > 64 ? "the d = 128 policy's share_tails is off" : "d = 64's policy shares none");
     }
   }
   check_case(GetParam());
 }
 
-// The rule (forward.cu, schedule_params): groups where the last tile's rows fill one slice of the
-// d = 128 unbanded policy, (heads + 2) / 3 of them; none for two slices' rows, full tiles, a band,
-// one head, pack-GQA, another head dim's policy, or FLASHATTN_SM90_TAIL_GROUPS=0.
-TEST(Sm90ForwardTailGroups, RuleGroupsOneSliceTails) {
+// The rule (forward.cu, schedule_params): one shared tail per (batch, head) where the last tile's
+// rows fill one slice of the d = 128 unbanded policy and there are three key tiles or more; none for
+// two slices' rows, full tiles, a band, fewer key tiles, pack-GQA, another head dim's policy, or
+// FLASHATTN_SM90_SHARED_TAILS=0.
+TEST(Sm90ForwardSharedTails, RuleSharesOneSliceTails) {
   SKIP_UNLESS_HOPPER();
-  static_assert(fd::sm90::forward_tiles(128, false).block_m() == 192);
-  const int on = kTailGroupsOn ? 1 : 0;  // policy.hpp's switch: every count is 0 while it is off
-  const auto groups = [](const Case& c) {
+  static_assert(fd::sm90::forward_tiles(128, false).block_m() == 192 && fd::sm90::forward_tiles(128, false).block_n == 80);
+  const int on = kSharedTailsOn ? 1 : 0;  // policy.hpp's switch: every count is 0 while it is off
+  const auto tails = [](const Case& c) {
     const std::unique_ptr<Problem> pb = new_problem(c);
-    return pb == nullptr || ::testing::Test::HasFailure() ? -1 : fd::cuda_sm90_forward_tail_groups(pb->params());
+    return pb == nullptr || ::testing::Test::HasFailure() ? -1 : fd::cuda_sm90_forward_shared_tails(pb->params());
   };
-  EXPECT_EQ(groups(make(DType::kBFloat16, 4, 4096, 4096, 16, 16, 128)), 22 * on);  // 64 heads, 21 x 192 + 64
-  EXPECT_EQ(groups(make(DType::kBFloat16, 1, 1000, 300, 4, 4, 128)), 2 * on);
-  EXPECT_EQ(groups(make(DType::kBFloat16, 1, 1000, 300, 4, 2, 128)), 0);    // GQA: packs
-  EXPECT_EQ(groups(make(DType::kBFloat16, 1, 1100, 300, 4, 4, 128)), 0);    // 1100 = 5 x 192 + 140
-  EXPECT_EQ(groups(make(DType::kBFloat16, 1, 384, 300, 4, 4, 128)), 0);     // full tiles
-  EXPECT_EQ(groups(causal(make(DType::kBFloat16, 1, 1000, 1000, 4, 4, 128))), 0);
-  EXPECT_EQ(groups(make(DType::kBFloat16, 1, 1000, 300, 1, 1, 128)), 0);    // one head
-  EXPECT_EQ(groups(make(DType::kBFloat16, 1, 1, 300, 8, 1, 128)), 0);       // pack-GQA
-  EXPECT_EQ(groups(make(DType::kBFloat16, 1, 1000, 300, 4, 4, 256)), 0);
-  const ScopedEnv off("FLASHATTN_SM90_TAIL_GROUPS", "0");  // the measurement switch: every tile its own item
-  EXPECT_EQ(groups(make(DType::kBFloat16, 1, 1000, 300, 4, 4, 128)), 0);
+  EXPECT_EQ(tails(make(DType::kBFloat16, 4, 4096, 4096, 16, 16, 128)), 64 * on);  // 21 x 192 + 64
+  EXPECT_EQ(tails(make(DType::kBFloat16, 1, 1000, 300, 4, 4, 128)), 4 * on);
+  EXPECT_EQ(tails(make(DType::kBFloat16, 1, 1000, 300, 1, 1, 128)), 1 * on);    // one head
+  EXPECT_EQ(tails(make(DType::kBFloat16, 1, 1000, 161, 4, 4, 128)), 4 * on);    // three key tiles
+  EXPECT_EQ(tails(make(DType::kBFloat16, 1, 1000, 160, 4, 4, 128)), 0);         // two
+  EXPECT_EQ(tails(make(DType::kBFloat16, 1, 1000, 300, 4, 2, 128)), 0);         // GQA: packs
+  EXPECT_EQ(tails(make(DType::kBFloat16, 1, 1100, 300, 4, 4, 128)), 0);         // 1100 = 5 x 192 + 140
+  EXPECT_EQ(tails(make(DType::kBFloat16, 1, 384, 300, 4, 4, 128)), 0);          // full tiles
+  EXPECT_EQ(tails(causal(make(DType::kBFloat16, 1, 1000, 1000, 4, 4, 128))), 0);
+  EXPECT_EQ(tails(make(DType::kBFloat16, 1, 1, 300, 8, 1, 128)), 0);            // pack-GQA
+  EXPECT_EQ(tails(make(DType::kBFloat16, 1, 1000, 300, 4, 4, 256)), 0);
+  const ScopedEnv off("FLASHATTN_SM90_SHARED_TAILS", "0");  // the measurement switch
+  EXPECT_EQ(tails(make(DType::kBFloat16, 1, 1000, 300, 4, 4, 128)), 0);
 }
 
-// The split tail after tail groups, with a debt per group (tile_scheduler.cuh, tail_units_begin:
-// the group's blocks take fewer of the tail's units): 20 groups and 300 items on 132 SMs, 13 key
-// tiles an item, a debt of 3 units; then exact, and bit-identical run after run. A debt that would
-// leave a block less than an item's units is refused (none), as is one without groups.
-TEST(Sm90ForwardTailGroups, SplitWithDebtIsExact) {
+// The split tail after shared tails, with a credit per tail (tile_scheduler.cuh, tail_units_begin:
+// the tails' blocks take more of the tail's units): 60 tails and 360 items on 132 SMs, 13 key tiles
+// an item, the default credit (kSharedTailCreditPercent of 13) and others set by
+// FLASHATTN_SM90_SHARED_TAIL_CREDIT; a credit that would leave a block less than an item's units is
+// refused (none: 100 tails, 168 items in the tail); then exact, and bit-identical run after run.
+TEST(Sm90ForwardSharedTails, SplitWithCreditIsExact) {
   SKIP_UNLESS_HOPPER();
-  if (!kTailGroupsOn) GTEST_SKIP() << "the d = 128 policy makes no tail groups";
+  if (!kSharedTailsOn) GTEST_SKIP() << "the d = 128 policy shares no tails";
   int sms = 0;
   CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   if (sms != 132) GTEST_SKIP() << "the shapes are counted for 132 SMs, this device has " << sms;
   const SplitEnv always("1");
   const Case c = make(DType::kBFloat16, 3, 1000, 1000, 20, 20, 128);
-  const auto debt = [](const Case& x) {
+  const auto credit = [](const Case& x) {
     const std::unique_ptr<Problem> pb = new_problem(x);
-    return pb == nullptr || ::testing::Test::HasFailure() ? -1 : fd::cuda_sm90_forward_tail_group_debt(pb->params());
+    return pb == nullptr || ::testing::Test::HasFailure() ? -1 : fd::cuda_sm90_forward_shared_tail_credit(pb->params());
   };
-  EXPECT_EQ(debt(c), 0) << "no debt without FLASHATTN_SM90_TAIL_GROUP_DEBT";
+  EXPECT_EQ(credit(c), fd::kSharedTailCreditPercent * 13 / 100);
+  EXPECT_EQ(credit(make(DType::kBFloat16, 3, 1152, 1000, 20, 20, 128)), 0) << "full tiles: no shared tails, no credit";
+  const Case many = make(DType::kBFloat16, 1, 424, 1000, 100, 100, 128);  // (168 - 100 C / 13) / 132 < 13 for C > 3
   {
-    const ScopedEnv too_much("FLASHATTN_SM90_TAIL_GROUP_DEBT", "70");  // 9 units: (2444 + 180) / 132 - 9 < 13
-    EXPECT_EQ(debt(c), 0);
+    const ScopedEnv all("FLASHATTN_SM90_SHARED_TAIL_CREDIT", "100");
+    EXPECT_EQ(credit(many), 0);
   }
-  const ScopedEnv some("FLASHATTN_SM90_TAIL_GROUP_DEBT", "30");  // 3 units of 13
-  ASSERT_EQ(debt(c), 3);
-  EXPECT_EQ(debt(make(DType::kBFloat16, 3, 1152, 1000, 20, 20, 128)), 0) << "full tiles: no groups, no debt";
+  {
+    const ScopedEnv none("FLASHATTN_SM90_SHARED_TAIL_CREDIT", "0");
+    EXPECT_EQ(credit(c), 0);
+  }
+  const ScopedEnv some("FLASHATTN_SM90_SHARED_TAIL_CREDIT", "30");  // 3 units of 13
+  ASSERT_EQ(credit(many), 3);
+  ASSERT_EQ(credit(c), 3);
   check_case(c);
+  check_case(many);
   std::unique_ptr<Problem> pb(new_problem(c));
   expect_runs_identical(*pb, Backend::kCudaSm90);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardTailGroups, ::testing::ValuesIn(tail_group_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardSharedTails, ::testing::ValuesIn(shared_tail_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardSmall, ::testing::ValuesIn(small_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardLarge, ::testing::ValuesIn(large_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Cases, Sm90ForwardVarlen, ::testing::ValuesIn(varlen_cases()), case_name);

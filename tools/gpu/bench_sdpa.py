@@ -85,18 +85,18 @@ class Ours:
             raise RuntimeError(self.msg.value.decode())
         return nbytes.value
 
-    def __call__(self, q, k, v, o, lse, causal, top_left=False, backend=SM80, split=True, groups=True, env=None):
+    def __call__(self, q, k, v, o, lse, causal, top_left=False, backend=SM80, split=True, share=True, env=None):
         """The forward, with the workspace it asks for (the sm90 split tail's; asked for at every call,
         kept between calls). split=False: FLASHATTN_SM90_SPLIT=0 around the call, the plain schedule;
-        groups=False: FLASHATTN_SM90_TAIL_GROUPS=0, every last tile its own item; env: more variables
+        share=False: FLASHATTN_SM90_SHARED_TAILS=0, no shared tails (one consumer computes a one-slice last tile); env: more variables
         set around the call (the library reads its switches at every call)."""
         b, sq, hq, d = q.shape
         sk, hkv = k.shape[1], k.shape[2]
         around = dict(env or {})
         if not split:
             around["FLASHATTN_SM90_SPLIT"] = "0"
-        if not groups:
-            around["FLASHATTN_SM90_TAIL_GROUPS"] = "0"
+        if not share:
+            around["FLASHATTN_SM90_SHARED_TAILS"] = "0"
         saved = {name: os.environ.get(name) for name in around}
         os.environ.update(around)
         try:

@@ -7,9 +7,9 @@ warm-up); each build's dQ (forward: O) is checked against flash's.
 
     python3 tools/gpu/compare_backward.py --lib v0=build/a/libflashattn_shim.so --lib v1=build/b/...
 A path followed by :nosplit runs that build's forward without the sm90 split tail (FLASHATTN_SM90_SPLIT=0
-around its calls), so one build can be timed with and without it; :nogroups likewise without tail
-groups (FLASHATTN_SM90_TAIL_GROUPS=0); :NAME=VALUE sets any variable around its calls, e.g.
-:FLASHATTN_SM90_TAIL_GROUP_DEBT=20. Several may follow one path.
+around its calls), so one build can be timed with and without it; :noshare likewise without shared
+tails (FLASHATTN_SM90_SHARED_TAILS=0); :NAME=VALUE sets any variable around its calls, e.g.
+:FLASHATTN_SM90_SHARED_TAIL_CREDIT=30. Several may follow one path.
 """
 import argparse
 import os
@@ -65,13 +65,13 @@ def main():
         path, *mods = path.split(":")
         opts = {}
         for mod in mods:
-            if mod in ("nogroups", "nosplit"):
+            if mod in ("noshare", "nosplit"):
                 opts[mod.removeprefix("no")] = False
             elif "=" in mod:
                 key, value = mod.split("=", 1)
                 opts.setdefault("env", {})[key] = value
             else:
-                raise SystemExit(f"--lib {spec}: unknown option :{mod} (nogroups, nosplit or NAME=VALUE)")
+                raise SystemExit(f"--lib {spec}: unknown option :{mod} (noshare, nosplit or NAME=VALUE)")
         loaded.setdefault(path, Ours(path))
         return name, loaded[path], opts
 

@@ -21,10 +21,10 @@
 #include "cuda/sm90/kernel_params.hpp"
 #include "cuda/sm90/launch_forward.hpp"
 #include "cuda/sm90/pack_gqa.hpp"
-#include "cuda/sm90/tail_groups.hpp"
+#include "cuda/sm90/shared_tails.hpp"
 #include "cuda/sm90/policy.hpp"
 #include "cuda/sm90/split_tail.cuh"  // SplitLayout
-#include "cuda/sm90/tile_scheduler.cuh"  // split_units_begin, tail_groups_before
+#include "cuda/sm90/tile_scheduler.cuh"  // split_units_begin, shared_tails_before, kSharedTailConsumers
 
 namespace flashattn::detail {
 namespace {
@@ -154,22 +154,23 @@ void schedule_params(const ForwardParams& p, const Instance& inst, ForwardKernel
   // Tiles of unequal cost (a band) are paired for the persistent grid's static stride.
   k->m_blocks = static_cast<int>((rows + tiles.block_m() - 1) / tiles.block_m());
   k->pair_tiles = sm90::banded(band.window_left, band.window_right) && persistent_schedule(tiles, *k);
-  // Tail groups (tile_scheduler.cuh): each (batch, head)'s last tile, when its rows fill one
-  // consumer's slice, goes into a group of three heads' such tiles. FLASHATTN_SM90_TAIL_GROUPS=0 in
-  // the environment, read at every call (for measurements: the tools flip it between calls), keeps
-  // every tile its own item.
+  // Shared tails (tile_scheduler.cuh): each (batch, head)'s last tile, when its rows fill one
+  // consumer's slice and it has three key tiles or more, runs with its key tiles shared by the
+  // three consumers. FLASHATTN_SM90_SHARED_TAILS=0 in the environment, read at every call (for
+  // measurements: the tools flip it between calls), leaves it to one consumer.
   const int64_t heads = d.batch * k->item_heads;
   const int64_t tail_rows = rows - (k->m_blocks - 1) * int64_t{tiles.block_m()};
-  const char* groups_env = std::getenv("FLASHATTN_SM90_TAIL_GROUPS");
-  const bool groups_off = groups_env != nullptr && std::strcmp(groups_env, "0") == 0;
-  k->tail_groups = 0;
-  if (tiles.group_tails && !groups_off && !sm90::banded(band.window_left, band.window_right) && !d.varlen &&
-      !k->pack_gqa && tail_rows <= ForwardTiles::kRowsPerConsumer && heads >= 2)
-    k->tail_groups = static_cast<int>((heads + 2) / 3);
+  const int64_t key_tiles = (d.seqlen_k + tiles.block_n - 1) / tiles.block_n;
+  const char* shared_env = std::getenv("FLASHATTN_SM90_SHARED_TAILS");
+  const bool shared_off = shared_env != nullptr && std::strcmp(shared_env, "0") == 0;
+  k->shared_tails = 0;
+  if (tiles.share_tails && !shared_off && !sm90::banded(band.window_left, band.window_right) && !d.varlen &&
+      !k->pack_gqa && tail_rows <= ForwardTiles::kRowsPerConsumer && key_tiles >= sm90::kSharedTailConsumers)
+    k->shared_tails = static_cast<int>(heads);
   const int64_t per_head = k->pair_tiles ? 2 * ((k->m_blocks + 1) / 2) : k->m_blocks;
-  k->num_items = static_cast<int>(k->tail_groups > 0 ? k->tail_groups + heads * (k->m_blocks - 1) : per_head * heads);
+  k->num_items = static_cast<int>(per_head * heads);  // a shared tail is its head's last tile's item
   k->split_round = ForwardKernelParams::kNoSplit;  // split_tail() decides, once the grid is known
-  k->tail_group_debt = 0;
+  k->shared_tail_credit = 0;
   k->softcap = p.softcap;
   k->softcap_to_exp2 = p.softcap > 0.0f ? d.scale / p.softcap * 2.0f * cuda::kLog2e : 0.0f;
 }
@@ -195,10 +196,8 @@ Status kernel_params(const ForwardParams& p, const Instance& inst, ForwardKernel
     const char* name;
   } maps[] = {{&k->q_map, p.q, map_rows(d.seqlen_q), d.heads_q, tiles.block_m(), "q"},
               {&k->k_map, p.k, map_rows(d.seqlen_k), d.heads_kv, tiles.block_n, "k"},
-              {&k->v_map, p.v, map_rows(d.seqlen_k), d.heads_kv, tiles.block_n, "v"},
-              {&k->q_slice_map, p.q, map_rows(d.seqlen_q), d.heads_q, ForwardTiles::kRowsPerConsumer, "q"}};
+              {&k->v_map, p.v, map_rows(d.seqlen_k), d.heads_kv, tiles.block_n, "v"}};
   for (const auto& m : maps) {
-    if (m.map == &k->q_slice_map && k->tail_groups == 0) continue;  // read by tail groups only
     const bool packed_rows = d.varlen && m.map != &k->q_map;
     const Status s =
         packed_rows ? cuda::sm90::make_packed_rows_tensor_map(m.map, p.dtype, m.t.data, m.seqlen, m.heads, d.head_dim,
@@ -248,29 +247,31 @@ struct SplitTail {
   int round = ForwardKernelParams::kNoSplit;
   int key_tiles = 0;
   long long units = 0;
-  int group_debt = 0;  // ForwardKernelParams::tail_group_debt
+  int tail_credit = 0;  // ForwardKernelParams::shared_tail_credit
   int units_per_block = 0, units_extra = 0;  // L and R (tile_scheduler.cuh, tail_units_begin)
   size_t counter_bytes = 0, bytes = 0;  // of the workspace; 0: no split
 };
 
-// The split tail's debt per tail group (tile_scheduler.cuh, tail_units_begin): what a group costs
-// more than an item, in units (key tiles), from FLASHATTN_SM90_TAIL_GROUP_DEBT (percent of an item's
-// key tiles, read at every call: for measurements) or 0. None where a block's range would then hold
-// fewer than one item's key tiles (an item must be cut at most once).
-int tail_group_debt(const ForwardKernelParams& k, int key_tiles, long long units, int blocks) {
-  const char* env = std::getenv("FLASHATTN_SM90_TAIL_GROUP_DEBT");
-  if (k.tail_groups == 0 || env == nullptr) return 0;
-  const long long debt = std::strtol(env, nullptr, 10) * static_cast<long long>(key_tiles) / 100;
-  if (debt <= 0) return 0;
-  const long long total = units + k.tail_groups * debt;
-  if (total > std::numeric_limits<int32_t>::max()) return 0;
+// The split tail's credit per shared tail (tile_scheduler.cuh, tail_units_begin): what a shared tail
+// costs less than an item, in units (key tiles): kSharedTailCreditPercent (shared_tails.hpp) of an
+// item's key tiles, or FLASHATTN_SM90_SHARED_TAIL_CREDIT (percent, read at every call: for
+// measurements). None where a block's range would then hold fewer than one item's key tiles (an item
+// must be cut at most once).
+int shared_tail_credit(const ForwardKernelParams& k, int key_tiles, long long units, int blocks) {
+  if (k.shared_tails == 0) return 0;
+  const char* env = std::getenv("FLASHATTN_SM90_SHARED_TAIL_CREDIT");
+  const long long percent = env != nullptr ? std::strtol(env, nullptr, 10) : kSharedTailCreditPercent;
+  const long long credit = std::min(percent, 100LL) * key_tiles / 100;
+  if (credit <= 0) return 0;
+  const long long total = units - k.shared_tails * credit;
+  if (total < 0) return 0;
   const int l = static_cast<int>(total / blocks), r = static_cast<int>(total % blocks);  // L and R
   const auto begin = [&](int x) {
-    return sm90::split_units_begin(x, l, r) - static_cast<int>(debt) * sm90::tail_groups_before(x, k.tail_groups, blocks);
+    return sm90::split_units_begin(x, l, r) + static_cast<int>(credit) * sm90::shared_tails_before(x, k.shared_tails, blocks);
   };
   for (int x = 0; x < blocks; ++x)
     if (begin(x + 1) - begin(x) < key_tiles) return 0;
-  return static_cast<int>(debt);
+  return static_cast<int>(credit);
 }
 
 SplitTail split_tail(const ForwardKernelParams& k, const ForwardTiles& tiles, int blocks) {
@@ -284,14 +285,14 @@ SplitTail split_tail(const ForwardKernelParams& k, const ForwardTiles& tiles, in
   constexpr long long kMinIdleTiles = 12;
   if (key_tiles < 2 || idle == 0 || (!force_split && idle * key_tiles < kMinIdleTiles * blocks)) return split;
   split.round = k.num_items / blocks - 1;
-  // Tail groups (items 0 .. tail_groups - 1, each three heads' tails) stay whole: in the rounds
-  // before the split, whose units are key tiles of one head's item.
-  if (static_cast<long long>(split.round) * blocks < k.tail_groups) return SplitTail{};
+  // Shared tails (items 0 .. shared_tails - 1) stay whole: in the rounds before the split (its parts
+  // run on one consumer's schedule, and the credit counts the tails of whole rounds).
+  if (static_cast<long long>(split.round) * blocks < k.shared_tails) return SplitTail{};
   split.key_tiles = key_tiles;
   split.units = static_cast<long long>(k.num_items - split.round * blocks) * key_tiles;
   if (split.units > std::numeric_limits<int32_t>::max()) return SplitTail{};  // 32-bit unit indices
-  split.group_debt = tail_group_debt(k, key_tiles, split.units, blocks);
-  const long long cut = split.units + static_cast<long long>(k.tail_groups) * split.group_debt;
+  split.tail_credit = shared_tail_credit(k, key_tiles, split.units, blocks);
+  const long long cut = split.units - static_cast<long long>(k.shared_tails) * split.tail_credit;
   split.units_per_block = static_cast<int>(cut / blocks);
   split.units_extra = static_cast<int>(cut % blocks);
   split.counter_bytes = sm90::SplitLayout::counter_bytes(blocks - 1, tiles.consumers);
@@ -389,15 +390,15 @@ bool cuda_sm90_forward_packs_gqa(const ForwardParams& p) {
   return sm90::pack_gqa(d.seqlen_q, d.group, tiles_for(*inst, p).block_m());
 }
 
-int cuda_sm90_forward_tail_groups(const ForwardParams& p) {
+int cuda_sm90_forward_shared_tails(const ForwardParams& p) {
   const Instance* inst = pick_instance(p);
   if (inst == nullptr || p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) return 0;
   ForwardKernelParams k;
   schedule_params(p, *inst, &k);
-  return k.tail_groups;
+  return k.shared_tails;
 }
 
-int cuda_sm90_forward_tail_group_debt(const ForwardParams& p) { return split_tail_of(p).group_debt; }
+int cuda_sm90_forward_shared_tail_credit(const ForwardParams& p) { return split_tail_of(p).tail_credit; }
 
 Status cuda_sm90_forward(const ForwardParams& p, void* workspace, void* stream) {
   const Instance* inst = pick_instance(p);
@@ -421,7 +422,7 @@ Status cuda_sm90_forward(const ForwardParams& p, void* workspace, void* stream) 
     k.key_tiles = split.key_tiles;
     k.tail_units_per_block = split.units_per_block;
     k.tail_units_extra = split.units_extra;
-    k.tail_group_debt = split.group_debt;
+    k.shared_tail_credit = split.tail_credit;
     k.split_counters = static_cast<int*>(workspace);
     k.split_partials = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + split.counter_bytes);
     if (const cudaError_t e = cudaMemsetAsync(workspace, 0, split.counter_bytes, cu_stream); e != cudaSuccess)

@@ -92,6 +92,7 @@
 #include "cuda/sm80/score_mods.cuh"  // ScoreMods::capped, sm80's softcap formula
 #include "cuda/sm90/kernel_params.hpp"
 #include "cuda/sm90/policy.hpp"
+#include "cuda/sm90/shared_tail.cuh"
 #include "cuda/sm90/softmax.cuh"
 #include "cuda/sm90/split_tail.cuh"
 #include "cuda/sm90/tile_scheduler.cuh"
@@ -108,9 +109,10 @@ namespace tl = timeline;  // stamps of timeline builds only (timeline.cuh); noth
 enum class NamedBarrier : int {
   kConsumerEpilogue = 1,                                   // the consumer's 128 threads
   kGemmTurn = kConsumerEpilogue + ForwardTiles::kMaxConsumers,  // the consumer and its predecessor
-  kTailGroupEnd = kGemmTurn + ForwardTiles::kMaxConsumers,      // every consumer, after a tail group
+  kSharedTailMeet = kGemmTurn + ForwardTiles::kMaxConsumers,    // every consumer, after a shared tail's walk
+  kSharedTailMerge = kSharedTailMeet + 1,  // + 0: consumers 2 and 1 (2's state to 1), + 1: 1 and 0
 };
-static_assert(static_cast<int>(NamedBarrier::kTailGroupEnd) < 16, "16 named barriers");
+static_assert(static_cast<int>(NamedBarrier::kSharedTailMerge) + 1 < 16, "16 named barriers");
 
 // Ping-pong (step 2): the consumers issue their GEMM phases in a ring, 0, 1, ..., C-1, 0, ...
 // Consumer c waits for its turn on barrier kGemmTurn + c (bar.sync) and, once its GEMMs are issued,
@@ -343,8 +345,8 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
   using Softmax = OnlineSoftmax<kTiles.tree_reductions, kTiles.lazy_rescale, kRowSums>;
   // Q from registers: loaded once per item, after which the Q tile is free for the next item's load.
   constexpr bool kQRegs = kTiles.q_in_registers;
-  // Tail groups (tile_scheduler.cuh): three heads' one-slice last tiles in one item.
-  constexpr bool kGroupTails = kTiles.group_tails;
+  // Shared tails (tile_scheduler.cuh): a one-slice last tile's key tiles shared by the consumers.
+  constexpr bool kShareTails = kTiles.share_tails;
 
   extern __shared__ uint8_t smem_raw[];
   __shared__ alignas(8) Barriers<kStages> bars;
@@ -398,7 +400,6 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
       hw::tma_prefetch_descriptor(p.q_map);
       hw::tma_prefetch_descriptor(p.k_map);
       hw::tma_prefetch_descriptor(p.v_map);
-      if (kGroupTails && p.tail_groups > 0) hw::tma_prefetch_descriptor(p.q_slice_map);
       int g = 0;  // K/V tiles issued so far
       for (int k = 0;; ++k) {
         tl::mark(p.timeline, k, tl::kSegment);
@@ -410,21 +411,13 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
         const auto load_tile = [&](const WorkTile& t, uint64_t(&full)[kStages], uint64_t(&empty)[kStages],
                                    uint32_t slot_addr0, int slot_bytes, const CUtensorMap& map, int i, int event) {
           const int tile = g + i, slot = slot_of(tile);
-          // A tail group's tile i: walk position i / 3 of consumer i % 3's head.
-          int walk = i, kv_head = h_kv, batch = t.tma_batch;
-          if constexpr (kGroupTails) {
-            if (t.tail_heads > 0) {
-              const int bh = t.tail_bh0 + t.tail_head_of(i % kTailGroupHeads), b = bh / p.item_heads;
-              walk = i / kTailGroupHeads, kv_head = (bh - b * p.item_heads) / p.group, batch = b;
-            }
-          }
           // Varlen (packed-rows maps): the box at (col, i0, row0) with i0 = min(start, 0) <= 0, so
           // that its rows before the sequence's first (start < 0: a sequence shorter than Bc) read
           // as zeros. Else (col, row, head, batch).
-          const int start = t.key_tile_start<kBlockN>(t.tiles.n_end - 1 - walk);
+          const int start = t.key_tile_start<kBlockN>(t.tiles.n_end - 1 - i);
           const int i0 = t.shift_tail ? min(start, 0) : 0;
-          const int c1 = t.shift_tail ? i0 : start, c2 = t.shift_tail ? t.k_row0 + start - i0 : kv_head;
-          const int c3 = t.shift_tail ? kv_head : batch;
+          const int c1 = t.shift_tail ? i0 : start, c2 = t.shift_tail ? t.k_row0 + start - i0 : h_kv;
+          const int c3 = t.shift_tail ? h_kv : t.tma_batch;
           hw::mbarrier_wait(bar(empty[slot]), parity_of(tile) ^ 1);
           tl::mark(p.timeline, k, tl::phase_slot(i, event));
           hw::mbarrier_arrive_expect_tx(bar(full[slot]), KTile::kBytes);
@@ -437,7 +430,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
         if (!done) {
           const WorkTile w = work_tile<kBlockM, kBlockN>(p, segment);
           h_kv = w.h / p.group;
-          if (w.tile_count<kGroupTails>() > 0) load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, 0, tl::kKLoad);
+          if (w.tile_count() > 0) load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, 0, tl::kKLoad);
         }
         // Round k's ItemInfo, into slot k % 4: its last round, k - 4, ended (epilogue included)
         // before the consumers passed q_empty's phase k - 3 (or later), which the producer waited for
@@ -451,35 +444,22 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
         asm volatile("" ::: "memory");  // what follows reads info.w from shared memory
 #pragma unroll
         for (int c = 0; c < kTiles.consumers; ++c) {
-          // A tail group's consumers each hold the tile's first 64 rows, of their own heads.
-          const int slice_row0 = kGroupTails && info.w.tail_heads > 0 ? 0 : c * kRows;
+          // A shared tail's consumers each hold the tile's first 64 rows.
+          const int slice_row0 = kShareTails && info.w.shared_tail ? 0 : c * kRows;
           info.slices[c] = info.w.slice_tiles<kBlockN>(info.w.q_tile_row0 + slice_row0, kRows, p.group, p.pack_gqa);
           asm volatile("" ::: "memory");
         }
         // The loop's fields, back in registers (the mbarrier waits would have them reloaded from
         // shared memory on every tile).
         const WorkTile w = info.w;
-        const int n_tiles = w.tile_count<kGroupTails>();
+        const int n_tiles = w.tile_count();
         // Then, once the consumers are done with round k - 1's Q tile (so that every consumer has
         // passed item_full's phase k - 1, and q_full's last phase is complete): item_full's phase k,
         // and the item's Q tile by TMA (none without key tiles, with pack-GQA, or when done).
         hw::mbarrier_wait(bar(bars.q_empty), static_cast<uint32_t>(k & 1) ^ 1);
         hw::mbarrier_arrive(bar(bars.item_full));
         tl::mark(p.timeline, k, tl::kPublished);
-        const bool tail_group = kGroupTails && w.tail_heads > 0;
-        if (tail_group && n_tiles > 0) {
-          // Each consumer's head's 64 rows into its slice of the Q tile (rows 64 c.. of every
-          // column block), with the one-slice boxes of q_slice_map.
-          constexpr int kSliceBytes = QTile::kBytes / kTiles.consumers;
-          hw::mbarrier_arrive_expect_tx(bar(bars.q_full), kTailGroupHeads * kSliceBytes);
-          for (int c = 0; c < kTailGroupHeads; ++c) {
-            const int bh = w.tail_bh0 + w.tail_head_of(c), b = bh / p.item_heads;
-#pragma unroll
-            for (int cb = 0; cb < QTile::kColBlocks; ++cb)
-              hw::tma_load(q_addr + QTile::col_block_offset(cb) + c * kRows * hw::kSw128Bytes, p.q_slice_map,
-                           bar(bars.q_full), hw::kSw128Cols * cb, w.q_tile_row0, bh - b * p.item_heads, b);
-          }
-        } else if (n_tiles > 0 && !p.pack_gqa) {
+        if (n_tiles > 0 && !p.pack_gqa) {
           hw::mbarrier_arrive_expect_tx(bar(bars.q_full), QTile::kBytes);
 #pragma unroll
           for (int cb = 0; cb < QTile::kColBlocks; ++cb)
@@ -488,13 +468,18 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
           tl::mark(p.timeline, k, tl::kQIssued);
         }
         if (done) break;
-        if (tail_group) {
-          // K two tiles ahead of V: a consumer holds its V(i) until its own P V, and V(i + 3) takes
-          // that slot, so V(i + 1)'s wait must not hold back the next heads' K tiles.
+        if (kShareTails && w.shared_tail) {
+          // K three tiles ahead of V. Tile i is one consumer's, whose turn comes every third: S(i) at
+          // turn i of the ring, P(i) V(i) at turn i + 3. K(i + 3) takes K(i)'s slot (free once S(i)
+          // is done) and V(i) takes V(i - 3)'s (free once P(i - 3) V(i - 3) is, issued at turn i), so
+          // both can go at about turn i and land three turns before they are read; in the plain
+          // order K(i + 1) would wait behind V(i), one turn before S(i + 1).
+          for (int i = 1; i < kSharedTailConsumers && i < n_tiles; ++i)
+            load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, i, tl::kKLoad);
           for (int i = 0; i < n_tiles; ++i) {
-            if (i == 0 && n_tiles > 1) load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, 1, tl::kKLoad);
-            if (i + 2 < n_tiles)
-              load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, i + 2, tl::kKLoad);
+            if (i + kSharedTailConsumers < n_tiles)
+              load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, i + kSharedTailConsumers,
+                        tl::kKLoad);
             load_tile(w, bars.v_full, bars.v_empty, v_addr0, kVSlotBytes, p.v_map, i, tl::kVLoad);
           }
         } else {
@@ -529,10 +514,10 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
     const Info& item = info(progress.k());
     if (warp_uniform(item.segment.item) >= p.num_items) break;
     const WorkTile& w = item.w;
-    const int n_tiles = warp_uniform(w.tile_count<kGroupTails>());
-    // A tail group (tile_scheduler.cuh): consumer c computes the tile's first 64 rows of the c-th
-    // head, from its slice of the Q tile, over that head's tiles (every third K/V tile: tile_of).
-    const bool tail_group = kGroupTails && warp_uniform(w.tail_heads) > 0;
+    const int n_tiles = warp_uniform(w.tile_count());
+    // A shared tail (tile_scheduler.cuh): every consumer computes the tile's first 64 rows, from the
+    // Q tile's first slice, over every third of the item's K/V tiles (tile_of).
+    const bool shared = kShareTails && warp_uniform(w.shared_tail ? 1 : 0) != 0;
     // Without a Q tile by TMA (no key tiles, or pack-GQA: the consumers copy Q), q_empty's phase k
     // only frees the ItemInfo slot of round k - 1 (read in its epilogue, which is done).
     if (n_tiles == 0 || p.pack_gqa) release_q_loaded();
@@ -543,9 +528,9 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
     const ConsumerThread me = consumer_thread();
     const int c = me.c, lane = me.lane;
     const int g_row = lane / 4, quad_lane = lane % 4;
-    const int slice_row0 = tail_group ? 0 : c * kRows;  // of the item's rows at the Q tile's row 0
-    const int warp_row0 = slice_row0 + 16 * me.warp;    // of the Q tile (a tail group: of the head's)
-    const uint32_t q_slice = q_addr + c * kRows * hw::kSw128Bytes;  // rows 64 c.. of every column block
+    const int slice_row0 = shared ? 0 : c * kRows;  // of the item's rows at the Q tile's row 0
+    const int warp_row0 = slice_row0 + 16 * me.warp;  // of the Q tile
+    const uint32_t q_slice = q_addr + slice_row0 * hw::kSw128Bytes;  // its rows of every column block
     const GemmTurns<kTiles.consumers, kTiles.pingpong> turns{c};
     const int row0 = w.q_tile_row0 + warp_row0 + g_row;  // this thread's queries: row0 and row0 + 8
 
@@ -555,13 +540,16 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
 
     // The parts of one tile, by its K/V tile number g of the block: the item's tiles are g_begin ..
     // g_end - 1, g holding key tile n = n_top - g (the walk goes from the last visible one down).
-    // A tail group's consumer walks its own head's tiles g_begin .. g_begin + T - 1 the same way,
-    // each standing for the block's K/V tile tile_of(g) = g_begin + c + 3 (g - g_begin) (the
-    // producer interleaves the three heads' tiles): the waits, releases and GEMMs read tile_of(g).
-    const int g_begin = progress.tiles(), g_end = g_begin + (tail_group ? warp_uniform(w.tiles.count()) : n_tiles),
+    // A shared tail's consumer c walks its share the same way, g_begin .. g_begin + T_c - 1
+    // (shared_walk_tiles), g standing for the block's K/V tile tile_of(g) = g_begin + c + 3 (g -
+    // g_begin) and key tile key_of(g) = n_top - tile_of(g): the waits, releases, GEMMs and masks read
+    // those.
+    const int walk_tiles = shared ? shared_walk_tiles(n_tiles, c) : n_tiles;
+    const int g_begin = progress.tiles(), g_end = g_begin + walk_tiles,
               n_top = warp_uniform(w.tiles.n_end) - 1 + g_begin;
-    const int g_mul = tail_group ? kTailGroupHeads : 1, g_add = tail_group ? c - (kTailGroupHeads - 1) * g_begin : 0;
+    const int g_mul = shared ? kSharedTailConsumers : 1, g_add = shared ? c - (kSharedTailConsumers - 1) * g_begin : 0;
     const auto tile_of = [&](int g) { return g_mul * g + g_add; };
+    const auto key_of = [&](int g) { return n_top - tile_of(g); };
     // Timeline builds: event (timeline.cuh's Phase) of tile g's phase.
     const auto mark_phase = [&](int g, int event) {
       tl::mark(p.timeline, progress.k(), tl::phase_slot(g - g_begin, event));
@@ -576,15 +564,25 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
     // left window edge.
     const SliceTiles& mine = item.slices[c];
     const int g_first = warp_uniform(mine.seen.count() > 0 ? n_top + 1 - mine.seen.n_end : g_end);
-    const int g_whole_begin = warp_uniform(mine.whole.count() > 0 ? n_top + 1 - mine.whole.n_end : g_end);
-    const int g_whole_end = warp_uniform(mine.whole.count() > 0 ? n_top + 1 - mine.whole.n_begin : g_end);
+    int g_whole_begin = warp_uniform(mine.whole.count() > 0 ? n_top + 1 - mine.whole.n_end : g_end);
+    int g_whole_end = warp_uniform(mine.whole.count() > 0 ? n_top + 1 - mine.whole.n_begin : g_end);
+    if (shared) {
+      // Without a band every tile is seen (g_first = g_begin); the keys of the share's tiles fall by 3
+      // a step from n_end - 1 - c, so the tiles at or above a key n are its first below(n).
+      const int top = warp_uniform(w.tiles.n_end) - 1 - c;
+      const auto below = [&](int n) { return top < n ? 0 : min((top - n) / kSharedTailConsumers + 1, walk_tiles); };
+      if (mine.whole.count() > 0) {
+        g_whole_begin = g_begin + below(warp_uniform(mine.whole.n_end));
+        g_whole_end = g_begin + below(warp_uniform(mine.whole.n_begin));
+      }
+    }
     const auto masked = [&](int g) { return g < g_whole_begin || g >= g_whole_end; };
     const auto wait_k = [&](int g) { hw::mbarrier_wait(bar(bars.k_full[slot_of(tile_of(g))]), parity_of(tile_of(g))); };
     const auto wait_v = [&](int g) { hw::mbarrier_wait(bar(bars.v_full[slot_of(tile_of(g))]), parity_of(tile_of(g))); };
-    // A slot frees once every consumer has released it. A tail group's consumer never sees the
+    // A slot frees once every consumer has released it. A shared tail's consumer never sees the
     // others' tiles, and releases its own for all of them at once (an arrival counting kConsumers).
     const auto release = [&](uint64_t& empty) {
-      if (tail_group)
+      if (shared)
         hw::mbarrier_arrive(bar(empty), kTiles.consumers);
       else
         hw::mbarrier_arrive(bar(empty));
@@ -594,9 +592,10 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
     // Once the item's last S is done, the Q tile is free for the next item's TMA load (wgmma read
     // it through the async proxy, which the load writes through; pack-GQA: released above). With
     // Q in registers it is free once they are loaded (release_q_loaded), and the item's last S
-    // releases nothing.
+    // releases nothing. A shared tail's consumers merge their states through the Q tile, and release
+    // it after that.
     const auto release_q = [&] {
-      if (!kQRegs && !p.pack_gqa) release_q_loaded();
+      if (!kQRegs && !p.pack_gqa && !shared) release_q_loaded();
     };
     uint32_t qa[kQRegs ? kHeadDim / 16 : 1][4];  // Q's A operand (kQRegs), from the Q tile each item
     // S = Q K(g)ᵀ (first 2 kAcc keys: all, or a narrow S's half), issued and committed as one group;
@@ -626,7 +625,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
     // Scores of tile g (s: the whole tile, or a narrow S's half) -> final logits (softcap) -> masked
     // if `mask` (masked(g), or a constant where the phase is known to need the mask or not).
     const auto modify = [&](auto& s, int g, bool mask) {
-      modify_scores<kSoftcap, kBlockN>(s, p, w, row0, n_top - g, quad_lane, mask);
+      modify_scores<kSoftcap, kBlockN>(s, p, w, row0, key_of(g), quad_lane, mask);
     };
 
     if (n_tiles > 0) {
@@ -714,7 +713,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
           // S(g_first) is a 64 x Bc / 2 GEMM, its softmax half as long, and P(g_first) V(g_first)
           // half the key steps.
           const bool narrow =
-              kNarrowFirst && warp_uniform(mine.keys_hi <= w.key_tile_start<kBlockN>(n_top - g_first) + kBlockN / 2);
+              kNarrowFirst && warp_uniform(mine.keys_hi <= w.key_tile_start<kBlockN>(key_of(g_first)) + kBlockN / 2);
           const int g_narrow = narrow ? g_first : -1;  // P(g) V(g) takes half the key steps
           // Phase g_first - g_begin: S(g_first) alone.
           wait_k(g_first);
@@ -827,18 +826,13 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
           release_v(g_end - 1);
         }
       }
-      // A tail group: each consumer ran its own head's tiles, which all take one K and one V slot
-      // (every third tile, three stages; the last group's spare consumers walk its last head
-      // again), through the same phases and turns as an item's, and waited for and released only
-      // those. (The first version ran the group in a loop of its own, where each consumer also
-      // waited for and released the others' tiles: exact but 1.8-1.9x slower, H100, session 37;
-      // and its own P V sites made ptxas serialize the kernel's wgmmas, C7511.) Having seen no
-      // phase of the others' slots, a consumer must not wait by parity on one of them two phases
-      // behind: the consumers meet here, once each has waited for all of its tiles, so that every
-      // phase of the group has completed before anyone waits for the next item's tiles
-      // (tools/models/kv_pipeline.py).
-      if (tail_group) hw::named_barrier_sync(static_cast<int>(NamedBarrier::kTailGroupEnd), kConsumerThreads);
-
+      // A shared tail: consumer c's share has T_c + 1 phases, and the ring of turns needs every
+      // consumer to take as many in an item: a share one tile shorter than consumer 0's takes one more
+      // turn, empty.
+      if (shared && walk_tiles < shared_walk_tiles(n_tiles, 0)) {
+        turns.take(false);
+        turns.pass();
+      }
       // Row sums by P V: l from o's ones columns (each lane of a quad holds its rows' whole sums).
       if constexpr (kRowSums) softmax.take_row_sums(o[acc_index(kO / 4, 0, 0)], o[acc_index(kO / 4, 1, 0)]);
       // A part of a split item (the split tail): merged with the other part's state, or handed to
@@ -855,6 +849,10 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
           }
         }
       }
+      // A shared tail: the three states merge into consumer 0's, which alone stores.
+      if (shared)
+        merge_shared_tail<kO>(q_smem, o, softmax, score_scale_log2, release_q_loaded,
+                              static_cast<int>(NamedBarrier::kSharedTailMeet), static_cast<int>(NamedBarrier::kSharedTailMerge));
       softmax.finalize(kSoftcap ? 1.0f : p.scale, p.maybe_lse != nullptr, inv_l, lse);
       tl::mark(p.timeline, progress.k(), tl::kFinal);
     }
@@ -885,15 +883,9 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
     // only; a row's place is (query, head) = (row, e.h), or under pack-GQA (row / group, e.h + row %
     // group).
     const int warp_r0 = e.q_tile_row0 + e_warp_row0;
-    // A tail group's consumer stores its own head's rows (none: a consumer past the group's heads).
-    int e_b = e.b, e_h = e.h, e_r1 = e.r1;
-    if constexpr (kGroupTails) {
-      if (e.tail_heads > 0) {
-        const int bh = e.tail_bh0 + c;
-        e_b = bh / p.item_heads, e_h = bh - e_b * p.item_heads;
-        if (c >= e.tail_heads) e_r1 = e.r0;
-      }
-    }
+    // A shared tail's rows are consumer 0's to store (its state the merged one).
+    const int e_b = e.b, e_h = e.h;
+    const int e_r1 = kShareTails && e.shared_tail && consumer_thread().c > 0 ? e.r0 : e.r1;
     const auto query_head = [&](int row) {
       const int query = p.pack_gqa ? row / p.group : row;
       return int2{query, e_h + (row - (p.pack_gqa ? query * p.group : row))};
@@ -924,7 +916,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
     }
     tl::mark(p.timeline, progress.k(), tl::kStored);
     // n_tiles, not kept in a register over the epilogue.
-    progress.next_item(e.tile_count<kGroupTails>());
+    progress.next_item(e.tile_count());
   }
   const GemmTurns<kTiles.consumers, kTiles.pingpong> turns{consumer_thread().c};
   turns.finish(/*any_phase=*/progress.started());

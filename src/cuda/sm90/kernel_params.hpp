@@ -20,9 +20,6 @@ struct ForwardKernelParams {
   CUtensorMap q_map;  // [batch, seqlen_q, heads_q,  head_dim]
   CUtensorMap k_map;  // [batch, seqlen_k, heads_kv, head_dim]; varlen: [Bc, total_k, heads_kv] rows
   CUtensorMap v_map;  // [batch, seqlen_k, heads_kv, head_dim]; varlen: as k_map
-  // Tail groups (tail_groups > 0): q in boxes of one consumer's 64 rows, a head's rows of a group
-  // item into its consumer's slice of the Q tile; unset (and unread) otherwise.
-  CUtensorMap q_slice_map;
 
   // Pack-GQA (tile_scheduler.cuh): the consumers copy Q's packed rows themselves, 16 bytes at a
   // time, from here (the map cannot express the packing); varlen: q_batch_stride = 0.
@@ -53,12 +50,11 @@ struct ForwardKernelParams {
   int m_blocks;     // query tiles per (batch, head): ceil(rows / Br), rows = seqlen_q (x group packed)
   bool pair_tiles;  // items are pairs (tile M-1-j, tile j) of one (batch, head): causal/window bands
   int num_items;    // batch * item_heads * (pair_tiles ? 2 ceil(m_blocks / 2) : m_blocks), or with
-                    // tail groups tail_groups + batch * item_heads * (m_blocks - 1)
-  // Tail groups (policy group_tails, tile_scheduler.cuh): items 0 .. tail_groups - 1 each hold the
-  // last query tile (rows in one consumer's slice) of (batch, head)s 3 i .. 3 i + 2 (fewer in the
-  // last group, whose spare consumers walk its last head again), consumer c on the c-th; the items
-  // after them the other tiles. 0: none.
-  int tail_groups;
+                    // shared tails shared_tails + batch * item_heads * (m_blocks - 1)
+  // Shared tails (policy share_tails, tile_scheduler.cuh): items 0 .. shared_tails - 1 are the last
+  // query tiles (rows in one consumer's slice) of (batch, head)s 0 .. shared_tails - 1, their key
+  // tiles shared by the three consumers; the items after them the other tiles. 0: none.
+  int shared_tails;
 
   // The split tail (tile_scheduler.cuh, block_segment): the block's rounds from split_round on run
   // the items from split_round G on as U units (item, key tile), key_tiles per item; block x takes
@@ -70,10 +66,10 @@ struct ForwardKernelParams {
   int key_tiles;             // T = ceil(seqlen_k / Bc), every item's (no band, no varlen)
   int tail_units_per_block;  // L
   int tail_units_extra;      // R
-  // With tail groups in the rounds before: D units (key tiles) per group that its block takes less
-  // of the tail, where a group costs more than an item (tail_units_begin; L and R then cut
-  // U + tail_groups D units); 0: L and R as above.
-  int tail_group_debt;
+  // With shared tails in the rounds before: C units (key tiles) per shared tail that its block
+  // takes more of the tail, where a shared tail costs less than an item (tail_units_begin; L and R
+  // then cut U - shared_tails C units); 0: L and R as above.
+  int shared_tail_credit;
   int* split_counters;       // workspace: one hand-over counter per (boundary, consumer, warp), zeroed per call
   float* split_partials;     // workspace: the first part's (o, m, l) per (boundary, consumer, warp)
 

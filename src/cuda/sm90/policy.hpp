@@ -55,10 +55,10 @@ struct ForwardTiles {
   int exp2_poly_share;     // > 0: in the tiles every row sees whole, one in this many 8-column blocks
                            // takes its exponentials on the FMA pipe (softmax.cuh); 0: all on the SFU
   Persistence persistent;
-  bool group_tails;        // three consumers, no band: the last query tiles whose rows fill one
-                           // consumer's slice (rows % Br in 1 .. 64), of up to three (batch, head)s, run
-                           // as one item, consumer c on head c over its own K/V tiles
-                           // (tile_scheduler.cuh: tail groups); false: each its own item
+  bool share_tails;        // three consumers in three stages, no band: the last query tile whose rows
+                           // fill one consumer's slice (rows % Br in 1 .. 64) runs with its key tiles
+                           // shared by the consumers, each over every third, their states merged
+                           // (tile_scheduler.cuh: shared tails); false: one consumer computes it
 
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kRowsPerConsumer = 64;
@@ -89,7 +89,7 @@ struct ForwardTiles {
            k_ahead == o.k_ahead && narrow_first == o.narrow_first && tree_reductions == o.tree_reductions &&
            lazy_rescale == o.lazy_rescale && q_in_registers == o.q_in_registers &&
            row_sums_by_pv == o.row_sums_by_pv && exp2_poly_share == o.exp2_poly_share && persistent == o.persistent &&
-           group_tails == o.group_tails;
+           share_tails == o.share_tails;
   }
 };
 
@@ -141,15 +141,10 @@ constexpr bool banded(int window_left, int window_right) { return window_left >=
 // (docs/perf.md, 2026-12-04, session 27): off everywhere.
 // The exponentials' packs (or row sums) moved past a basic-block boundary, apart from the MUFUs:
 // -2.5 to -6% at d = 128, flat within noise at d = 256 (H100, docs/perf.md, 2026-12-05): not kept.
-// Tail groups (group_tails, tile_scheduler.cuh), d = 128 without a band: the first version ran
-// exact but 1.8-1.9x slower (H100, session 37: 389 against 703 TFLOP/s at n = 4k, 394 against 762
-// at 16k). Its own loop made ptxas serialize the kernel's wgmmas (C7511), and its releases chained
-// the three heads' loads. The group now runs through the main loop, and each tile's owner releases
-// it for all. That version (no spills, no C7511, 168/128 registers) runs exact, racecheck and
-// synccheck clean, but loses (H100, session 38, one process beside main): -6% at n = 4k, 0% at 8k,
-// -11% at 16k; a split debt of 20 or 40% of an item wins back 1-3%. The same kernel with groups
-// switched off at run time is within -3 to -0.1% of main. Off (FLASHATTN_SM90_GROUP_TAILS, below;
-// CMake can override it): a group costs more than the item it saves (docs/perf.md, "Tail groups").
+// Tail groups (three heads' one-slice last tiles in one item, consumer c on head c; sessions 36-38)
+// ran exact but lost: -6% at n = 4k, -11% at 16k (H100), each head's pipeline one K and one V tile
+// deep from DRAM. They gave way to shared tails (share_tails, tile_scheduler.cuh): one head's
+// one-slice last tile, its key tiles shared by the three consumers (docs/perf.md, "Shared tails").
 // Problems without a band take their own tiles where they differ (banded = false below):
 // d = 128 three consumers of 64 x 80 tiles, Br = 192, three stages, turns in a ring of three without
 // the overlap (there are no registers for a second S tile at 160 a thread), Q from shared memory.
@@ -159,16 +154,16 @@ constexpr bool banded(int window_left, int window_right) { return window_left >=
 // 2026-12-06, n = 2k-16k): non-causal +0.6 to +3.5% (H200), +0.9 to +6% (H100); causal -6 to -5% at
 // n = 4k-16k (H200): the band keeps two consumers. 64 x 64 tiles in four stages: -0.5 to -2.5%
 // non-causal (H200); with k_ahead -1.4 to -3.6%, without tree reductions -0.2 to -3.2% (H100).
-#ifndef FLASHATTN_SM90_GROUP_TAILS
-#define FLASHATTN_SM90_GROUP_TAILS 0  // the d = 128 policy's tail groups (above); CMake can override
+#ifndef FLASHATTN_SM90_SHARE_TAILS
+#define FLASHATTN_SM90_SHARE_TAILS 1  // the d = 128 policy's shared tails (above); CMake can override
 #endif
 constexpr ForwardTiles forward_tiles(int head_dim, bool banded) {
   if (head_dim == 128 && !banded)
     return {128, 3, 80, 3, 32, 160, true, false, false, false, false, true, true, false, true, 0,
-            Persistence::kAlways, /*group_tails=*/FLASHATTN_SM90_GROUP_TAILS != 0};
+            Persistence::kAlways, /*share_tails=*/FLASHATTN_SM90_SHARE_TAILS != 0};
   switch (head_dim) {
     //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv k_ahead narrow_first
-    //               tree lazy q_regs row_sums_by_pv exp2_poly_share persistent group_tails
+    //               tree lazy q_regs row_sums_by_pv exp2_poly_share persistent share_tails
     case 64:
       return {64, 3, 128, 2, 32, 160, true, false, false, false, true, false, true, false, true, 0,
               Persistence::kAlways, false};
@@ -226,12 +221,14 @@ struct ForwardPolicy {
                 "a narrow S is a wgmma of N = Bc / 2, 64 keys a step");
   static_assert(kTiles.exp2_poly_share >= 0, "a share of 1 in exp2_poly_share blocks, or 0 for none");
   static_assert(kTiles.smem_bytes() <= kMaxSmemBytes, "shared memory per block");
-  static_assert(!kTiles.group_tails || kTiles.consumers == ForwardTiles::kMaxConsumers,
-                "a tail group runs one (batch, head) on each of three consumers");
-  static_assert(!kTiles.group_tails || kTiles.stages == ForwardTiles::kMaxConsumers,
-                "a tail group's consumer keeps one K and one V slot of its own (its tiles every third)");
-  static_assert(!kTiles.group_tails || (!kTiles.q_in_registers && kTiles.pingpong && !kTiles.overlap),
-                "a tail group's consumers read Q from shared memory, and the policy's phases hold one S tile");
+  static_assert(!kTiles.share_tails || kTiles.consumers == ForwardTiles::kMaxConsumers,
+                "a shared tail's key tiles go to three consumers in turn");
+  static_assert(!kTiles.share_tails || kTiles.stages == ForwardTiles::kMaxConsumers,
+                "a shared tail's consumer keeps one K and one V slot of its own (its tiles every third)");
+  static_assert(!kTiles.share_tails || (!kTiles.q_in_registers && kTiles.pingpong && !kTiles.overlap),
+                "a shared tail's consumers read Q from shared memory, and the policy's phases hold one S tile");
+  static_assert(!kTiles.share_tails || (kHeadDim / 2 + 4) * 4 * ForwardTiles::kWarpgroupThreads <= kTiles.q_bytes(),
+                "a consumer's (o, m, l) passes through the Q tile (the shared tail's merge)");
   static_assert(!kTiles.row_sums_by_pv || kHeadDim % 64 == 0, "P V's ones columns start a column block of their own");
   static_assert(kTiles.producer_registers + kTiles.consumers * kTiles.consumer_registers <=
                     (1 + kTiles.consumers) * kTiles.launch_registers(),

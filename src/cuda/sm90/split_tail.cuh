@@ -10,7 +10,8 @@
 // Either part may finish first; each term is rounded alone and the two added (commutative), so the
 // result is the same bits from run to run whichever it is.
 // Slot layout: per (boundary, consumer, warp), d / 2 + 4 floats per lane, value v of lane t at
-// v 32 + t (each store and load of a warp 128 contiguous bytes, through L2: __stcg / __ldcg).
+// v 32 + t (each store and load of a warp 128 contiguous bytes, through L2: __stcg / __ldcg). The
+// merge itself (merge_state) is also the shared tails' (shared_tail.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -41,6 +42,41 @@ struct SplitLayout {
   }
 };
 
+// Merges another online-softmax state into (o, softmax), the seeds' state merging: value x of the
+// other state is other(x), its o's accumulator x for x < kO, then m[r] at kO + r and l[r] at
+// kO + 2 + r (r = 0, 1: the thread's two rows). Each product is rounded on its own (no fma) and then
+// added, so that the sum is the same bits whichever state is this thread's.
+template <int kO, int kAcc, class Softmax, class Other>
+__device__ __forceinline__ void merge_state(float (&o)[kAcc], Softmax& softmax, float scale_log2, const Other& other) {
+  static_assert(kO <= kAcc, "o holds the O columns first");
+  float f_mine[2], f_other[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float m_other = other(kO + r), l_other = other(kO + 2 + r);
+    const float m = fmaxf(softmax.m[r], m_other);
+    const float base = m == -INFINITY ? 0.0f : m * scale_log2;  // a row that saw no key: factors 0
+    f_mine[r] = cuda::fast_exp2(softmax.m[r] * scale_log2 - base);
+    f_other[r] = cuda::fast_exp2(m_other * scale_log2 - base);
+    softmax.m[r] = m;
+    softmax.l[r] = __fadd_rn(__fmul_rn(f_mine[r], softmax.l[r]), __fmul_rn(f_other[r], l_other));
+  }
+  // In chunks of 16 values, loaded then merged: hoisted all at once, the loads of the other state's
+  // o would take d / 2 registers more than d = 256 has.
+  constexpr int kChunk = kO < 16 ? kO : 16;
+#pragma unroll
+  for (int x0 = 0; x0 < kO; x0 += kChunk) {
+    float values[kChunk];
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) values[i] = other(x0 + i);
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) {
+      const int x = x0 + i, r = (x / 2) % 2;  // acc_index(j, r, e) = 4 j + 2 r + e
+      o[x] = __fadd_rn(__fmul_rn(f_mine[r], o[x]), __fmul_rn(f_other[r], values[i]));
+    }
+    __syncwarp();  // the next chunk's loads stay after this one's merge (ptxas moves no load above it)
+  }
+}
+
 // One warp's hand-over of a part's state (o's first kO accumulators, the O columns, and the
 // softmax's m and l) for the split item at `boundary`. Returns false for the first part to finish (its state stored, the other part will
 // finish the item: store nothing), true for the second, whose o and softmax then hold the merged
@@ -69,34 +105,7 @@ __device__ __forceinline__ bool merge_split_parts(const ForwardKernelParams& p, 
     return false;
   }
   cuda::Handoff::wait_published(counter);  // every lane: its own acquire before its loads
-  // Each product rounded on its own (no fma) and then added: the sum is the same bits whichever
-  // part is this one.
-  float f_mine[2], f_other[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float m_other = __ldcg(slot + 32 * (kO + r)), l_other = __ldcg(slot + 32 * (kO + 2 + r));
-    const float m = fmaxf(softmax.m[r], m_other);
-    const float base = m == -INFINITY ? 0.0f : m * scale_log2;  // a row that saw no key: factors 0
-    f_mine[r] = cuda::fast_exp2(softmax.m[r] * scale_log2 - base);
-    f_other[r] = cuda::fast_exp2(m_other * scale_log2 - base);
-    softmax.m[r] = m;
-    softmax.l[r] = __fadd_rn(__fmul_rn(f_mine[r], softmax.l[r]), __fmul_rn(f_other[r], l_other));
-  }
-  // In chunks of 16 values, loaded then merged: hoisted all at once, the loads of the other part's
-  // o would take d / 2 registers more than d = 256 has.
-  constexpr int kChunk = kO < 16 ? kO : 16;
-#pragma unroll
-  for (int x0 = 0; x0 < kO; x0 += kChunk) {
-    float other[kChunk];
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i) other[i] = __ldcg(slot + 32 * (x0 + i));
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i) {
-      const int x = x0 + i, r = (x / 2) % 2;  // acc_index(j, r, e) = 4 j + 2 r + e
-      o[x] = __fadd_rn(__fmul_rn(f_mine[r], o[x]), __fmul_rn(f_other[r], other[i]));
-    }
-    __syncwarp();  // the next chunk's loads stay after this one's merge (ptxas moves no load above it)
-  }
+  merge_state<kO>(o, softmax, scale_log2, [&](int x) { return __ldcg(slot + 32 * x); });
   return true;
 }
 

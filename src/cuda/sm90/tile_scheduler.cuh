@@ -33,18 +33,19 @@
 // two merge their online-softmax states in the workspace (split_tail.cuh). A block's range spans
 // about 1.5 items, so the tail's concurrent items stay within a few heads (K/V in L2).
 //
-// Tail groups (policy group_tails; p.tail_groups > 0, chosen on the host: three consumers, no band,
-// no varlen, no pack-GQA, and a last query tile whose rows fill one consumer's slice, rows % Br in
-// 1 .. 64): a tile with rows for one consumer costs about what a full one does (that consumer's
-// S, softmax and P V in a chain, the two others idle), 4096 = 21 x 192 + 64 making it 3% of the
-// work at n = 4k. Items 0 .. tail_groups - 1 instead each hold the last tiles of three (batch,
-// head)s, 3 i .. 3 i + 2, consumer c computing the c-th head's rows over that head's K/V tiles
-// (the producer interleaves the heads' tiles; a tile's consumer releases it for all three), so
-// three tails cost about one item. In the last group, with fewer heads, the consumers past them
-// walk its last head again and store nothing, so that every consumer's tiles take one K and one V
-// slot (three stages). They come first: the first round, never the split tail's (whose units
-// count key tiles of whole items).
-//
+// Shared tails (policy share_tails; p.shared_tails > 0, chosen on the host: three consumers in three
+// stages, no band, no varlen, no pack-GQA, a last query tile whose rows fill one consumer's slice,
+// rows % Br in 1 .. 64, and three key tiles or more): a tile with rows for one consumer costs what a
+// full one does (that consumer's S, softmax and P V in a chain, the two others idle:
+// tools/gpu/tail_cost.py measured 0.99-1.01 of a whole tile at d = 128), 4096 = 21 x 192 + 64
+// making it 3% of the work at n = 4k. Items 0 .. shared_tails - 1 (one per (batch, head), its last
+// tile) instead share the tile's key tiles among the three consumers: each computes the slice's 64
+// rows over every third tile of the item's one walk (consumer c walk positions c, c + 3, ...; with
+// three stages all in one K and one V slot), with an online-softmax state of its own, and the
+// three states merge through the Q tile's shared memory at the end (forward_kernel.cuh), consumer 0
+// storing. The producer loads the walk as for any item, K three tiles ahead of V. They come first:
+// the first rounds, never the split tail's (whose units count key tiles of whole items); the split
+// tail can give their blocks a credit (tail_units_begin).
 // Pack-GQA (p.pack_gqa; policy.hpp): items are (tile, kv head, batch) and a tile's rows are
 // pack-GQA rows r = i group + g, query i of query head h_kv group + g: rows [r0, r1) of the tile
 // hold queries [r0 / group, (r1 - 1) / group] of every head of the group. The band (causal/window)
@@ -69,8 +70,12 @@
 
 namespace flashattn::detail::sm90 {
 
-// The consumers of a tail group (above), each on a head of its own: the policy's three.
-constexpr int kTailGroupHeads = 3;
+// The consumers that share a shared tail's key tiles (above): the policy's three.
+constexpr int kSharedTailConsumers = 3;
+// Of a walk of `tiles` key tiles, the positions c, c + 3, ... that a shared tail's consumer c takes.
+__host__ __device__ constexpr int shared_walk_tiles(int tiles, int c) {
+  return tiles > c ? (tiles - c + kSharedTailConsumers - 1) / kSharedTailConsumers : 0;
+}
 
 // gridDim.x, read where used: ptxas otherwise keeps it in a register across the consumers' main
 // loop, and at d = 256 spills it.
@@ -105,23 +110,23 @@ struct Segment {
   __device__ __forceinline__ bool part() const { return boundary >= 0; }
 };
 
-// Block x's first unit of the split tail: x L + min(x, R), every block U / G. With a debt D per tail
-// group (p.tail_group_debt > 0), L and R cut U + groups D units instead (the host's), and each
-// block's share is less D for each group it ran (group i on block i % G: block_item), so that every
-// block ends at the same time where a group costs D units more than an item. The host checks that
-// every block's range still holds at least T units.
-// The two terms, shared with the host's check (forward.cu, tail_group_debt): x L + min(x, R), and
-// the tail groups on blocks 0 .. x - 1 (group i on block i % G).
+// Block x's first unit of the split tail: x L + min(x, R), every block U / G. With a credit C per
+// shared tail (p.shared_tail_credit > 0), L and R cut U - tails C units instead (the host's), and
+// each block's share is C more for each shared tail it ran (tail i on block i % G: block_item), so
+// that every block ends at the same time where a shared tail costs C units less than an item. The
+// host checks that every block's range still holds at least T units.
+// The two terms, shared with the host's check (forward.cu, shared_tail_credit): x L + min(x, R), and
+// the shared tails on blocks 0 .. x - 1 (tail i on block i % G).
 __host__ __device__ constexpr int split_units_begin(int x, int per_block, int extra) {
   return x * per_block + (x < extra ? x : extra);
 }
-__host__ __device__ constexpr int tail_groups_before(int x, int groups, int blocks) {
-  return groups / blocks * x + (x < groups % blocks ? x : groups % blocks);
+__host__ __device__ constexpr int shared_tails_before(int x, int tails, int blocks) {
+  return tails / blocks * x + (x < tails % blocks ? x : tails % blocks);
 }
 __device__ __forceinline__ int tail_units_begin(const ForwardKernelParams& p, int x) {
   const int u = split_units_begin(x, p.tail_units_per_block, p.tail_units_extra);
-  if (p.tail_group_debt == 0) return u;
-  return u - p.tail_group_debt * tail_groups_before(x, p.tail_groups, blocks_in_grid());
+  if (p.shared_tail_credit == 0) return u;
+  return u + p.shared_tail_credit * shared_tails_before(x, p.shared_tails, blocks_in_grid());
 }
 
 __device__ __forceinline__ Segment block_segment(const ForwardKernelParams& p, int k) {
@@ -163,22 +168,13 @@ struct WorkTile {
                         // its rows before the sequence zeros (forward_kernel.cuh: load_tile)
   sm80::Band band;
   TileRange tiles;      // key tiles that queries [i0, i1) see
-  int tail_heads;       // a tail group (above): the (batch, head)s it holds, 1-3, consumer c on the
-                        // one numbered tail_bh0 + min(c, tail_heads - 1) (b, h: the first), storing
-                        // only for c < tail_heads; 0: an item of one (b, h)
-  int tail_bh0;
+  bool shared_tail;     // a shared tail (above): the consumers share the key tiles, every one on the
+                        // slice at the Q tile's row 0
 
   __device__ __forceinline__ bool empty() const { return r0 >= r1; }
-  // The item's K/V tiles: `tiles` walked once, or by each consumer of a tail group, interleaved
-  // (the group's tile i: consumer i % kTailGroupHeads's, walk position i / kTailGroupHeads; a
-  // consumer past the group's heads walks its last head again). kGroupTails: the policy's
-  // group_tails (without it no item is a group, and the count reads no more than before).
-  template <bool kGroupTails>
-  __device__ __forceinline__ int tile_count() const {
-    return kGroupTails && tail_heads > 0 ? kTailGroupHeads * tiles.count() : tiles.count();
-  }
-  // A tail group's consumer c computes this head (of the group's: 0 .. tail_heads - 1).
-  __device__ __forceinline__ int tail_head_of(int c) const { return min(c, tail_heads - 1); }
+  // The item's K/V tiles: `tiles`, walked once (a shared tail's consumer c takes every third of
+  // the walk from position c: shared_walk_tiles).
+  __device__ __forceinline__ int tile_count() const { return tiles.count(); }
 
   // First key held by the K/V box of key tile n: n Bc, or sk - Bc when tile n runs past the
   // sequence's end (varlen).
@@ -214,16 +210,15 @@ template <int kBlockM, int kBlockN>
 __device__ __forceinline__ WorkTile work_tile(const ForwardKernelParams& p, const Segment& segment) {
   const int item = segment.item;
   WorkTile w;
-  // Item -> (batch, head) and the pair or tile index within it; tail groups first (their heads'
-  // last tiles), then the other tiles.
+  // Item -> (batch, head) and the pair or tile index within it; shared tails first (item i: the
+  // last tile of (batch, head) i), then the other tiles.
   const int pairs = (p.m_blocks + 1) / 2;
-  const bool tail_group = item < p.tail_groups;
-  const int per_head = p.pair_tiles ? 2 * pairs : p.m_blocks - (p.tail_groups > 0 ? 1 : 0);
-  const int after_groups = item - p.tail_groups;
-  const int bh = tail_group ? 3 * item : after_groups / per_head;
-  const int local = tail_group ? -1 : after_groups - bh * per_head;
-  w.tail_heads = tail_group ? min(kTailGroupHeads, p.batch * p.item_heads - bh) : 0;
-  w.tail_bh0 = bh;
+  const bool shared_tail = item < p.shared_tails;
+  const int per_head = p.pair_tiles ? 2 * pairs : p.m_blocks - (p.shared_tails > 0 ? 1 : 0);
+  const int after_tails = item - p.shared_tails;
+  const int bh = shared_tail ? item : after_tails / per_head;
+  const int local = shared_tail ? -1 : after_tails - bh * per_head;
+  w.shared_tail = shared_tail;
   w.b = bh / p.item_heads;
   w.h = bh - w.b * p.item_heads;
   if (p.pack_gqa) w.h *= p.group;
@@ -259,9 +254,9 @@ __device__ __forceinline__ WorkTile work_tile(const ForwardKernelParams& p, cons
     m = (local & 1) ? (j < m_b / 2 ? j : -1) : (j < (m_b + 1) / 2 ? m_b - 1 - j : -1);
     if (!varlen && !p.pack_gqa) lead = m_b * kBlockM - rows;
   } else {
-    // From the last tile to the first (past a shorter sequence's end when r0 >= rows); with tail
-    // groups the last is the group's (local = -1) and the others follow.
-    m = p.m_blocks - 1 - local - (p.tail_groups > 0 ? 1 : 0);
+    // From the last tile to the first (past a shorter sequence's end when r0 >= rows); with shared
+    // tails the last is the shared tail's (local = -1) and the others follow.
+    m = p.m_blocks - 1 - local - (p.shared_tails > 0 ? 1 : 0);
   }
   const int tile_row0 = m * kBlockM - lead;
   w.r0 = m < 0 ? 0 : max(tile_row0, 0);
