@@ -70,6 +70,12 @@
 // merges with the other part's state or hands its own over (split_tail.cuh), and only the part that
 // merges stores O and lse.
 //
+// Shared tails (tile_scheduler.cuh; p.shared_tails > 0, policy share_tails): every consumer computes
+// the tile's first slice (its 64 rows of the item) over every third of the item's key tiles (tile_of),
+// through the same phases and turns as an item's, and releases its tiles for all; after the walk the
+// three states merge through the Q tile (shared_tail.cuh), which is released only then, and consumer
+// 0 stores.
+//
 // kSoftcap: the variant with softcap (scores become final logits before the softmax, which then
 // scales by log2 e alone), launched only when softcap > 0.
 #pragma once
@@ -566,15 +572,13 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
     const int g_first = warp_uniform(mine.seen.count() > 0 ? n_top + 1 - mine.seen.n_end : g_end);
     int g_whole_begin = warp_uniform(mine.whole.count() > 0 ? n_top + 1 - mine.whole.n_end : g_end);
     int g_whole_end = warp_uniform(mine.whole.count() > 0 ? n_top + 1 - mine.whole.n_begin : g_end);
-    if (shared) {
-      // Without a band every tile is seen (g_first = g_begin); the keys of the share's tiles fall by 3
-      // a step from n_end - 1 - c, so the tiles at or above a key n are its first below(n).
-      const int top = warp_uniform(w.tiles.n_end) - 1 - c;
-      const auto below = [&](int n) { return top < n ? 0 : min((top - n) / kSharedTailConsumers + 1, walk_tiles); };
-      if (mine.whole.count() > 0) {
-        g_whole_begin = g_begin + below(warp_uniform(mine.whole.n_end));
-        g_whole_end = g_begin + below(warp_uniform(mine.whole.n_begin));
-      }
+    if (shared && mine.whole.count() > 0) {
+      // Without a band every tile is seen (g_first = g_begin); the share's key tiles fall by 3 a step,
+      // so the whole ones [n_begin, n_end) are those after the first at_or_above(n_end) and within
+      // the first at_or_above(n_begin). (The walk starts at tile 0's key: tiles.n_begin = 0.)
+      const int n_end = warp_uniform(w.tiles.n_end);
+      g_whole_begin = g_begin + shared_walk_at_or_above(n_end, c, warp_uniform(mine.whole.n_end));
+      g_whole_end = g_begin + shared_walk_at_or_above(n_end, c, warp_uniform(mine.whole.n_begin));
     }
     const auto masked = [&](int g) { return g < g_whole_begin || g >= g_whole_end; };
     const auto wait_k = [&](int g) { hw::mbarrier_wait(bar(bars.k_full[slot_of(tile_of(g))]), parity_of(tile_of(g))); };

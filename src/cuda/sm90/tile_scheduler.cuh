@@ -76,6 +76,25 @@ constexpr int kSharedTailConsumers = 3;
 __host__ __device__ constexpr int shared_walk_tiles(int tiles, int c) {
   return tiles > c ? (tiles - c + kSharedTailConsumers - 1) / kSharedTailConsumers : 0;
 }
+// Of consumer c's share of a walk whose first key tile is n_end - 1 (its keys n_end - 1 - c - 3 j,
+// j = 0 .. shared_walk_tiles - 1, falling), how many come first with a key tile >= n: the share's
+// positions that lie at or past key tile n.
+__host__ __device__ constexpr int shared_walk_at_or_above(int n_end, int c, int n) {
+  const int top = n_end - 1 - c, count = shared_walk_tiles(n_end, c);
+  return top < n ? 0 : ((top - n) / kSharedTailConsumers + 1 < count ? (top - n) / kSharedTailConsumers + 1 : count);
+}
+// Checked against counting, on every share of walks of 3-13 tiles and every n.
+constexpr bool shared_walk_at_or_above_counts() {
+  for (int n_end = 3; n_end <= 13; ++n_end)
+    for (int c = 0; c < kSharedTailConsumers; ++c)
+      for (int n = -1; n <= n_end + 1; ++n) {
+        int first = 0;
+        while (first < shared_walk_tiles(n_end, c) && n_end - 1 - c - kSharedTailConsumers * first >= n) ++first;
+        if (shared_walk_at_or_above(n_end, c, n) != first) return false;
+      }
+  return shared_walk_tiles(52, 0) == 18 && shared_walk_tiles(52, 1) == 17 && shared_walk_tiles(52, 2) == 17;
+}
+static_assert(shared_walk_at_or_above_counts(), "a share's tiles at or past a key tile");
 
 // gridDim.x, read where used: ptxas otherwise keeps it in a register across the consumers' main
 // loop, and at d = 256 spills it.
