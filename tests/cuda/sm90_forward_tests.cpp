@@ -482,9 +482,11 @@ TEST(Sm90ForwardSharedTails, RuleSharesOneSliceTails) {
 
 // The split tail after shared tails, with a credit per tail (tile_scheduler.cuh, tail_units_begin:
 // the tails' blocks take more of the tail's units): 60 tails and 360 items on 132 SMs, 13 key tiles
-// an item, the default credit (kSharedTailCreditPercent of 13) and others set by
-// FLASHATTN_SM90_SHARED_TAIL_CREDIT; a credit that would leave a block less than an item's units is
-// refused (none: 100 tails, 168 items in the tail); then exact, and bit-identical run after run.
+// an item (22 tails in the whole round, the others in the split's items, run as parts), the default
+// credit (kSharedTailCreditPercent of 13) and others set by FLASHATTN_SM90_SHARED_TAIL_CREDIT; a
+// credit that would leave a block less than an item's units is refused (none: 100 tails, 44 of them
+// in the whole round, 168 items in the split: (168 - 44) 13 / 132 < 13 units a block at 100%); then
+// exact, and bit-identical run after run.
 TEST(Sm90ForwardSharedTails, SplitWithCreditIsExact) {
   SKIP_UNLESS_HOPPER();
   if (!kSharedTailsOn) GTEST_SKIP() << "the d = 128 policy shares no tails";
@@ -499,7 +501,7 @@ TEST(Sm90ForwardSharedTails, SplitWithCreditIsExact) {
   };
   EXPECT_EQ(credit(c), fd::kSharedTailCreditPercent * 13 / 100);
   EXPECT_EQ(credit(make(DType::kBFloat16, 3, 1152, 1000, 20, 20, 128)), 0) << "full tiles: no shared tails, no credit";
-  const Case many = make(DType::kBFloat16, 1, 424, 1000, 100, 100, 128);  // (168 - 100 C / 13) / 132 < 13 for C > 3
+  const Case many = make(DType::kBFloat16, 1, 424, 1000, 100, 100, 128);
   {
     const ScopedEnv all("FLASHATTN_SM90_SHARED_TAIL_CREDIT", "100");
     EXPECT_EQ(credit(many), 0);

@@ -157,13 +157,16 @@ void schedule_params(const ForwardParams& p, const Instance& inst, ForwardKernel
   // Shared tails (tile_scheduler.cuh): each (batch, head)'s last tile, when its rows fill one
   // consumer's slice and it has three key tiles or more, runs with its key tiles shared by the
   // three consumers. FLASHATTN_SM90_SHARED_TAILS=0 in the environment, read at every call (for
-  // measurements: the tools flip it between calls), leaves it to one consumer.
+  // measurements: the tools flip it between calls), leaves it to one consumer. They are spread
+  // (each in its head's items, tile_scheduler.cuh), or with FLASHATTN_SM90_SHARED_TAILS=first (for
+  // measurements) numbered first.
   const int64_t heads = d.batch * k->item_heads;
   const int64_t tail_rows = rows - (k->m_blocks - 1) * int64_t{tiles.block_m()};
   const int64_t key_tiles = (d.seqlen_k + tiles.block_n - 1) / tiles.block_n;
   const char* shared_env = std::getenv("FLASHATTN_SM90_SHARED_TAILS");
   const bool shared_off = shared_env != nullptr && std::strcmp(shared_env, "0") == 0;
   k->shared_tails = 0;
+  k->shared_tails_spread = !(shared_env != nullptr && std::strcmp(shared_env, "first") == 0);
   if (tiles.share_tails && !shared_off && !sm90::banded(band.window_left, band.window_right) && !d.varlen &&
       !k->pack_gqa && tail_rows <= ForwardTiles::kRowsPerConsumer && key_tiles >= sm90::kSharedTailConsumers)
     k->shared_tails = static_cast<int>(heads);
@@ -257,24 +260,34 @@ struct SplitTail {
 // item's key tiles, or FLASHATTN_SM90_SHARED_TAIL_CREDIT (percent, read at every call: for
 // measurements). None where a block's range would then hold fewer than one item's key tiles (an item
 // must be cut at most once).
-int shared_tail_credit(const ForwardKernelParams& k, int key_tiles, long long units, int blocks) {
+int shared_tail_credit(ForwardKernelParams& k, int round, int key_tiles, long long units, int blocks) {
   if (k.shared_tails == 0) return 0;
   const char* env = std::getenv("FLASHATTN_SM90_SHARED_TAIL_CREDIT");
   const long long percent = env != nullptr ? std::strtol(env, nullptr, 10) : kSharedTailCreditPercent;
   const long long credit = std::min(percent, 100LL) * key_tiles / 100;
-  if (credit <= 0) return 0;
-  const long long total = units - k.shared_tails * credit;
+  constexpr int kMaxTails = 1 << 16;  // the table's walk over them, on the host at every call
+  if (credit <= 0 || blocks > ForwardKernelParams::kMaxCreditBlocks || k.shared_tails > kMaxTails) return 0;
+  // The shared tails of the whole rounds (items < round G; tile_scheduler.cuh: shared_tail_item),
+  // counted per block (item i on block i % G), then summed over the blocks before each.
+  const long long whole = static_cast<long long>(round) * blocks;
+  std::fill(k.tails_before, k.tails_before + blocks + 1, 0);
+  for (int h = 0; h < k.shared_tails; ++h) {
+    const long long item = sm90::shared_tail_item(h, k.m_blocks, k.shared_tails_spread);
+    if (item < whole) ++k.tails_before[item % blocks + 1];
+  }
+  for (int x = 0; x < blocks; ++x) k.tails_before[x + 1] += k.tails_before[x];
+  const long long total = units - k.tails_before[blocks] * credit;
   if (total < 0) return 0;
   const int l = static_cast<int>(total / blocks), r = static_cast<int>(total % blocks);  // L and R
   const auto begin = [&](int x) {
-    return sm90::split_units_begin(x, l, r) + static_cast<int>(credit) * sm90::shared_tails_before(x, k.shared_tails, blocks);
+    return sm90::split_units_begin(x, l, r) + static_cast<int>(credit) * k.tails_before[x];
   };
   for (int x = 0; x < blocks; ++x)
     if (begin(x + 1) - begin(x) < key_tiles) return 0;
   return static_cast<int>(credit);
 }
 
-SplitTail split_tail(const ForwardKernelParams& k, const ForwardTiles& tiles, int blocks) {
+SplitTail split_tail(ForwardKernelParams& k, const ForwardTiles& tiles, int blocks) {
   SplitTail split;
   const char* env = std::getenv("FLASHATTN_SM90_SPLIT");
   if (env != nullptr && std::strcmp(env, "0") == 0) return split;
@@ -285,14 +298,16 @@ SplitTail split_tail(const ForwardKernelParams& k, const ForwardTiles& tiles, in
   constexpr long long kMinIdleTiles = 12;
   if (key_tiles < 2 || idle == 0 || (!force_split && idle * key_tiles < kMinIdleTiles * blocks)) return split;
   split.round = k.num_items / blocks - 1;
-  // Shared tails (items 0 .. shared_tails - 1) stay whole: in the rounds before the split (its parts
-  // run on one consumer's schedule, and the credit counts the tails of whole rounds).
-  if (static_cast<long long>(split.round) * blocks < k.shared_tails) return SplitTail{};
+  // Shared tails numbered first (items 0 .. shared_tails - 1) stay in the rounds before the split;
+  // spread ones in the split's items run as any item's parts (work_tile), one consumer on each.
+  if (k.shared_tails > 0 && !k.shared_tails_spread && static_cast<long long>(split.round) * blocks < k.shared_tails)
+    return SplitTail{};
   split.key_tiles = key_tiles;
   split.units = static_cast<long long>(k.num_items - split.round * blocks) * key_tiles;
   if (split.units > std::numeric_limits<int32_t>::max()) return SplitTail{};  // 32-bit unit indices
-  split.tail_credit = shared_tail_credit(k, key_tiles, split.units, blocks);
-  const long long cut = split.units - static_cast<long long>(k.shared_tails) * split.tail_credit;
+  split.tail_credit = shared_tail_credit(k, split.round, key_tiles, split.units, blocks);
+  const long long cut =
+      split.units - (split.tail_credit > 0 ? static_cast<long long>(k.tails_before[blocks]) * split.tail_credit : 0);
   split.units_per_block = static_cast<int>(cut / blocks);
   split.units_extra = static_cast<int>(cut % blocks);
   split.counter_bytes = sm90::SplitLayout::counter_bytes(blocks - 1, tiles.consumers);

@@ -51,10 +51,13 @@ struct ForwardKernelParams {
   bool pair_tiles;  // items are pairs (tile M-1-j, tile j) of one (batch, head): causal/window bands
   int num_items;    // batch * item_heads * (pair_tiles ? 2 ceil(m_blocks / 2) : m_blocks), or with
                     // shared tails shared_tails + batch * item_heads * (m_blocks - 1)
-  // Shared tails (policy share_tails, tile_scheduler.cuh): items 0 .. shared_tails - 1 are the last
-  // query tiles (rows in one consumer's slice) of (batch, head)s 0 .. shared_tails - 1, their key
-  // tiles shared by the three consumers; the items after them the other tiles. 0: none.
+  // Shared tails (policy share_tails, tile_scheduler.cuh): the last query tiles (rows in one
+  // consumer's slice) of every (batch, head), shared_tails of them, their key tiles shared by the
+  // three consumers; 0: none. Where (work_tile): spread, (batch, head) h's items h M .. h M + M - 1
+  // (M = m_blocks) with its shared tail at h M + h % M; else items 0 .. shared_tails - 1, the other
+  // tiles after them.
   int shared_tails;
+  bool shared_tails_spread;
 
   // The split tail (tile_scheduler.cuh, block_segment): the block's rounds from split_round on run
   // the items from split_round G on as U units (item, key tile), key_tiles per item; block x takes
@@ -68,8 +71,11 @@ struct ForwardKernelParams {
   int tail_units_extra;      // R
   // With shared tails in the rounds before: C units (key tiles) per shared tail that its block
   // takes more of the tail, where a shared tail costs less than an item (tail_units_begin; L and R
-  // then cut U - shared_tails C units); 0: L and R as above.
+  // then cut U - tails C units, tails = tails_before[G]); 0: L and R as above, tails_before unset.
+  // tails_before[x]: the shared tails that blocks 0 .. x - 1 run in the whole rounds (G <= kMaxCreditBlocks).
+  static constexpr int kMaxCreditBlocks = 160;
   int shared_tail_credit;
+  int tails_before[kMaxCreditBlocks + 1];
   int* split_counters;       // workspace: one hand-over counter per (boundary, consumer, warp), zeroed per call
   float* split_partials;     // workspace: the first part's (o, m, l) per (boundary, consumer, warp)
 

@@ -134,18 +134,19 @@ struct Segment {
 // each block's share is C more for each shared tail it ran (tail i on block i % G: block_item), so
 // that every block ends at the same time where a shared tail costs C units less than an item. The
 // host checks that every block's range still holds at least T units.
-// The two terms, shared with the host's check (forward.cu, shared_tail_credit): x L + min(x, R), and
-// the shared tails on blocks 0 .. x - 1 (tail i on block i % G).
+// The first term, shared with the host's check (forward.cu, shared_tail_credit): x L + min(x, R);
+// the second, the shared tails that blocks 0 .. x - 1 ran, the host's table.
 __host__ __device__ constexpr int split_units_begin(int x, int per_block, int extra) {
   return x * per_block + (x < extra ? x : extra);
-}
-__host__ __device__ constexpr int shared_tails_before(int x, int tails, int blocks) {
-  return tails / blocks * x + (x < tails % blocks ? x : tails % blocks);
 }
 __device__ __forceinline__ int tail_units_begin(const ForwardKernelParams& p, int x) {
   const int u = split_units_begin(x, p.tail_units_per_block, p.tail_units_extra);
   if (p.shared_tail_credit == 0) return u;
-  return u + p.shared_tail_credit * shared_tails_before(x, p.shared_tails, blocks_in_grid());
+  return u + p.shared_tail_credit * p.tails_before[x];
+}
+// Where (batch, head) h's shared tail is in the item numbering (ForwardKernelParams::shared_tails_spread).
+__host__ __device__ constexpr int shared_tail_item(int h, int m_blocks, bool spread) {
+  return spread ? h * m_blocks + h % m_blocks : h;
 }
 
 __device__ __forceinline__ Segment block_segment(const ForwardKernelParams& p, int k) {
@@ -232,12 +233,23 @@ __device__ __forceinline__ WorkTile work_tile(const ForwardKernelParams& p, cons
   // Item -> (batch, head) and the pair or tile index within it; shared tails first (item i: the
   // last tile of (batch, head) i), then the other tiles.
   const int pairs = (p.m_blocks + 1) / 2;
-  const bool shared_tail = item < p.shared_tails;
-  const int per_head = p.pair_tiles ? 2 * pairs : p.m_blocks - (p.shared_tails > 0 ? 1 : 0);
-  const int after_tails = item - p.shared_tails;
-  const int bh = shared_tail ? item : after_tails / per_head;
-  const int local = shared_tail ? -1 : after_tails - bh * per_head;
-  w.shared_tail = shared_tail;
+  // Spread (shared_tail_item): (batch, head) h's items h M .., its tail at h M + h % M.
+  bool tail_slot;
+  int bh, local;
+  if (p.shared_tails > 0 && p.shared_tails_spread) {
+    bh = item / p.m_blocks;
+    const int l = item - bh * p.m_blocks, j = bh % p.m_blocks;
+    tail_slot = l == j;
+    local = tail_slot ? -1 : l - (l > j ? 1 : 0);
+  } else {
+    tail_slot = item < p.shared_tails;
+    const int per_head = p.pair_tiles ? 2 * pairs : p.m_blocks - (p.shared_tails > 0 ? 1 : 0);
+    const int after_tails = item - p.shared_tails;
+    bh = tail_slot ? item : after_tails / per_head;
+    local = tail_slot ? -1 : after_tails - bh * per_head;
+  }
+  // Shared only in the whole rounds: in the split tail (spread) the tile runs as any item's part.
+  w.shared_tail = tail_slot && (p.split_round == ForwardKernelParams::kNoSplit || item < p.split_round * blocks_in_grid());
   w.b = bh / p.item_heads;
   w.h = bh - w.b * p.item_heads;
   if (p.pack_gqa) w.h *= p.group;
