@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""A model of the sm90 forward's K/V pipeline (forward_kernel.cuh) with tail groups, run over random
+"""A model of the sm90 forward's K/V pipeline (forward_kernel.cuh) with shared tails, run over random
 interleavings: one producer issuing K/V tiles into S = 3 slots per ring after each slot's empty
-barrier passes, a TMA unit landing the copies in any order, and C = 3 consumers waiting by parity
-(mbarrier try_wait.parity: only the parity of the phase is known) and releasing. Ordinary items: every
-consumer waits for and releases every tile. Tail groups: consumer c reads every third tile (its own
-slot), and releases it with one arrival counting C; the consumers meet after the group. Both take
-their GEMM phases in the ring of turns (consumer 0, 1, 2, 0, ...; a phase waits for its tiles
-before its turn and releases them after). Checked: no deadlock, and every read sees its own tile,
+barrier passes (an item's order K(0), V(0), K(1), V(1), ...; a shared tail's K(0), K(1), K(2), then
+K(i + 3), V(i) for each i), a TMA unit landing the copies in any order, and C = 3 consumers waiting
+by parity (mbarrier try_wait.parity: only the parity of the phase is known) and releasing. Ordinary
+items: every consumer waits for and releases every tile. Shared tails: consumer c reads every third
+tile from c (its own slot), and releases it with one arrival counting C; a share one tile shorter
+than consumer 0's takes one empty turn more; the consumers meet after the walk. Both take their GEMM
+phases in the ring of turns (consumer 0, 1, 2, 0, ...; a phase waits for its tiles before its turn
+and releases them after). Checked: no deadlock, and every read sees its own tile,
 unchanged until released; as the kernel runs (turns and the meeting), and with the meeting alone
 (the turns keep the consumers within a phase of each other, so the meeting is what holds without
 them). A third pass drops both and must find failures (a consumer waiting by parity on a slot two
@@ -44,13 +46,12 @@ def run(seed, items, meet=True, ring=True):
     def producer():
         g = 0
         for kind, t in items:
-            n = 3 * t if kind == "group" else t
+            n = t
             order = []
-            if kind == "group":
-                order.append(("k", 0))
-                if n > 1: order.append(("k", 1))
+            if kind == "shared":
+                order += [("k", i) for i in range(min(3, n))]
                 for i in range(n):
-                    if i + 2 < n: order.append(("k", i + 2))
+                    if i + 3 < n: order.append(("k", i + 3))
                     order.append(("v", i))
             else:
                 for i in range(n):
@@ -78,13 +79,15 @@ def run(seed, items, meet=True, ring=True):
     def consumer(c):
         g = 0
         for kind, t in items:
-            n = 3 * t if kind == "group" else t
-            mine = list(range(g + c, g + n, 3)) if kind == "group" else list(range(g, g + n))
-            count = C if kind == "group" else 1
+            n = t
+            mine = list(range(g + c, g + n, 3)) if kind == "shared" else list(range(g, g + n))
+            count = C if kind == "shared" else 1
             # Phases 0 .. len(mine): phase j waits for K(j) and V(j - 1), takes its turn, issues
-            # S(j) and P V(j - 1), passes the turn, and releases both once read.
-            for j in range(len(mine) + 1):
-                need = ([("k", mine[j])] if j < len(mine) else []) + ([("v", mine[j - 1])] if j > 0 else [])
+            # S(j) and P V(j - 1), passes the turn, and releases both once read; a shorter share's
+            # last phase is an empty turn (need nothing).
+            phases = len(range(g, g + n, 3)) + 1 if kind == "shared" else n + 1
+            for j in range(phases):
+                need = ([("k", mine[j])] if j < len(mine) else []) + ([("v", mine[j - 1])] if 0 < j <= len(mine) else [])
                 for x, tile in need:
                     s = tile % S
                     while not full[x][s].passed(parity_of(tile)):
@@ -102,7 +105,7 @@ def run(seed, items, meet=True, ring=True):
                 for x, tile in need:
                     empty[x][tile % S].arrive(count)
                 yield
-            if kind == "group" and meet:
+            if kind == "shared" and meet:
                 gen = end_bar["gen"]
                 end_bar["arrived"] += 1
                 if end_bar["arrived"] == C:
@@ -137,7 +140,8 @@ def failures(**kw):
     bad = 0
     for seed in range(runs):
         rng = random.Random(seed * 7 + 1)
-        items = [(rng.choice(["group", "item", "item"]), rng.randint(1, 4)) for _ in range(rng.randint(2, 6))]
+        items = [(kind, rng.randint(3, 8) if kind == "shared" else rng.randint(1, 4))
+                 for kind in (rng.choice(["shared", "item", "item"]) for _ in range(rng.randint(2, 6)))]
         r = run(seed, items, **kw)
         if r:
             bad += 1
