@@ -23,7 +23,8 @@
 namespace flashattn::detail::sm90 {
 
 // meet: a named barrier over the three consumers' threads; merge: two named barriers, merge + 0
-// for consumers 2 and 1, merge + 1 for 1 and 0.
+// for consumers 2 and 1, merge + 1 for 1 and 0, each met with bar.sync on both sides (the one
+// handing over waits for nothing: its partner is already there).
 template <int kO, int kAcc, class Softmax, class ReleaseQ>
 __device__ __forceinline__ void merge_shared_tail(uint8_t* q_smem, float (&o)[kAcc], Softmax& softmax,
                                                   float scale_log2, const ReleaseQ& release_q, int meet, int merge) {
@@ -45,12 +46,12 @@ __device__ __forceinline__ void merge_shared_tail(uint8_t* q_smem, float (&o)[kA
   cuda::sm90::named_barrier_sync(meet, 3 * kThreads);
   if (c == 2) {
     store();
-    cuda::sm90::named_barrier_arrive(merge, 2 * kThreads);
+    cuda::sm90::named_barrier_sync(merge, 2 * kThreads);
   } else if (c == 1) {
     cuda::sm90::named_barrier_sync(merge, 2 * kThreads);
     merge_stored();
     store();
-    cuda::sm90::named_barrier_arrive(merge + 1, 2 * kThreads);
+    cuda::sm90::named_barrier_sync(merge + 1, 2 * kThreads);
   } else {
     cuda::sm90::named_barrier_sync(merge + 1, 2 * kThreads);
     merge_stored();
