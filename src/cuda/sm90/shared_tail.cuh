@@ -9,7 +9,8 @@
 //   consumer 2: stores its state; consumer 1: merges it into its own and stores the result in the
 //               same places (each thread reads and writes its own values); consumer 0: merges that,
 //               and stores O and lse as for any item.
-// The order is fixed, so the result is the same bits from run to run. Value x of thread t of the
+// The consumers meet on one barrier between the steps. The order is fixed, so the result is the same
+// bits from run to run. Value x of thread t of the
 // warpgroup lies at float x 128 + t (a warp's accesses 128 contiguous bytes); kO + 4 floats a
 // thread, 34 KB of the 48 KB Q tile at d = 128. Each thread then orders its ordinary accesses before
 // the next item's Q load (async proxy) and releases the Q tile (release_q).
@@ -22,12 +23,12 @@
 
 namespace flashattn::detail::sm90 {
 
-// meet: a named barrier over the three consumers' threads; merge: two named barriers, merge + 0
-// for consumers 2 and 1, merge + 1 for 1 and 0, each met with bar.sync on both sides (the one
-// handing over waits for nothing: its partner is already there).
+// meet: a named barrier over the three consumers' threads, met four times: after the walk, after
+// consumer 2's store, after consumer 1's; the consumers waiting at one have nothing else to do (the
+// next item needs the Q tile, released only at the end).
 template <int kO, int kAcc, class Softmax, class ReleaseQ>
 __device__ __forceinline__ void merge_shared_tail(uint8_t* q_smem, float (&o)[kAcc], Softmax& softmax,
-                                                  float scale_log2, const ReleaseQ& release_q, int meet, int merge) {
+                                                  float scale_log2, const ReleaseQ& release_q, int meet) {
   constexpr int kThreads = cuda::sm90::kWarpgroupThreads;
   const int c = cuda::sm90::warpgroup_index() - 1, t = cuda::sm90::warpgroup_thread();  // consumer c: warpgroup c + 1
   float* state = reinterpret_cast<float*>(q_smem) + t;
@@ -43,19 +44,16 @@ __device__ __forceinline__ void merge_shared_tail(uint8_t* q_smem, float (&o)[kA
   const auto merge_stored = [&] {
     merge_state<kO>(o, softmax, scale_log2, [&](int x) { return state[x * kThreads]; });
   };
-  cuda::sm90::named_barrier_sync(meet, 3 * kThreads);
-  if (c == 2) {
-    store();
-    cuda::sm90::named_barrier_sync(merge, 2 * kThreads);
-  } else if (c == 1) {
-    cuda::sm90::named_barrier_sync(merge, 2 * kThreads);
+  const auto all_meet = [&] { cuda::sm90::named_barrier_sync(meet, 3 * kThreads); };
+  all_meet();
+  if (c == 2) store();
+  all_meet();
+  if (c == 1) {
     merge_stored();
     store();
-    cuda::sm90::named_barrier_sync(merge + 1, 2 * kThreads);
-  } else {
-    cuda::sm90::named_barrier_sync(merge + 1, 2 * kThreads);
-    merge_stored();
   }
+  all_meet();
+  if (c == 0) merge_stored();
   cuda::sm90::fence_proxy_async_shared();
   release_q();
 }
