@@ -2,18 +2,20 @@
 // over every third key tile). Each consumer ends its share with an online-softmax state (m, l,
 // unnormalised o) on the same register layout (thread t of every consumer holds the same rows and
 // columns), and the three merge as the split tail's two parts do (split_tail.cuh, merge_state),
-// through the Q tile's shared memory, which no S reads any more:
-//   meet:       every consumer is done with its share (its last S, so the Q tile is free, and every
-//               tile phase of the item complete: a consumer saw no phase of the others' slots and
-//               must not wait on one of them by parity before they end);
-//   consumer 2: stores its state; consumer 1: merges it into its own and stores the result in the
-//               same places (each thread reads and writes its own values); consumer 0: merges that,
-//               and stores O and lse as for any item.
-// The consumers meet on one barrier between the steps. The order is fixed, so the result is the same
-// bits from run to run. Value x of thread t of the
+// through the Q tile's shared memory, which no S reads any more. The consumers meet on one named
+// barrier before each step:
+//   1. every consumer is done with its share: its last S, so the Q tile is free, and every tile
+//      phase of the item complete (a consumer saw no phase of the others' slots and must not wait on
+//      one of them by parity before they end); consumer 2 stores its state;
+//   2. consumer 1 merges it into its own and stores the result in the same places (each thread
+//      reads and writes its own values);
+//   3. consumer 0 merges that, and stores O and lse as for any item.
+// The order is fixed, so the result is the same bits from run to run. Value x of thread t of the
 // warpgroup lies at float x 128 + t (a warp's accesses 128 contiguous bytes); kO + 4 floats a
 // thread, 34 KB of the 48 KB Q tile at d = 128. Each thread then orders its ordinary accesses before
-// the next item's Q load (async proxy) and releases the Q tile (release_q).
+// the next item's Q load (async proxy) and releases the Q tile (release_q). (With bar.arrive on
+// the handing-over side and bar.sync on the other, racecheck reported hazards on these accesses,
+// though the PTX barrier orders them; with one bar.sync over all three, none.)
 #pragma once
 
 #include <cuda_runtime.h>
