@@ -13,9 +13,11 @@
 // The order is fixed, so the result is the same bits from run to run. Value x of thread t of the
 // warpgroup lies at float x 128 + t (a warp's accesses 128 contiguous bytes); kO + 4 floats a
 // thread, 34 KB of the 48 KB Q tile at d = 128. Each thread then orders its ordinary accesses before
-// the next item's Q load (async proxy) and releases the Q tile (release_q). (With bar.arrive on
-// the handing-over side and bar.sync on the other, racecheck reported hazards on these accesses,
-// though the PTX barrier orders them; with one bar.sync over all three, none.)
+// the next item's Q load (async proxy) and releases the Q tile (release_q). (Racecheck, H100: with
+// bar.arrive on the handing-over side and bar.sync on the other it reported 136 hazard sites on these
+// accesses, though bar.arrive orders them as a release; with bar.sync on both sides of two pairwise
+// barriers, 2, on consumer 0's first loads (m) in one case. This version, one barrier over all
+// three, has not yet run: docs/perf.md, "Shared tails".)
 #pragma once
 
 #include <cuda_runtime.h>
