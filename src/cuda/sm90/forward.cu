@@ -24,7 +24,7 @@
 #include "cuda/sm90/shared_tails.hpp"
 #include "cuda/sm90/policy.hpp"
 #include "cuda/sm90/split_tail.cuh"  // SplitLayout
-#include "cuda/sm90/tile_scheduler.cuh"  // split_units_begin, shared_tails_before, kSharedTailConsumers
+#include "cuda/sm90/tile_scheduler.cuh"  // split_units_begin, shared_tail_item, kSharedTailConsumers
 
 namespace flashattn::detail {
 namespace {
