@@ -49,8 +49,7 @@ struct ForwardKernelParams {
   // 0 .. num_items - 1 and run with a static stride over the grid.
   int m_blocks;     // query tiles per (batch, head): ceil(rows / Br), rows = seqlen_q (x group packed)
   bool pair_tiles;  // items are pairs (tile M-1-j, tile j) of one (batch, head): causal/window bands
-  int num_items;    // batch * item_heads * (pair_tiles ? 2 ceil(m_blocks / 2) : m_blocks), or with
-                    // shared tails shared_tails + batch * item_heads * (m_blocks - 1)
+  int num_items;    // batch * item_heads * (pair_tiles ? 2 ceil(m_blocks / 2) : m_blocks)
   // Shared tails (policy share_tails, tile_scheduler.cuh): the last query tiles (rows in one
   // consumer's slice) of every (batch, head), shared_tails of them, their key tiles shared by the
   // three consumers; 0: none. Where (work_tile): spread, (batch, head) h's items h M .. h M + M - 1

@@ -27,7 +27,7 @@
 
 namespace flashattn::detail::sm90 {
 
-// meet: a named barrier over the three consumers' threads, met four times: after the walk, after
+// meet: a named barrier over the three consumers' threads, met three times: after the walk, after
 // consumer 2's store, after consumer 1's; the consumers waiting at one have nothing else to do (the
 // next item needs the Q tile, released only at the end).
 template <int kO, int kAcc, class Softmax, class ReleaseQ>

@@ -38,14 +38,17 @@
 // rows % Br in 1 .. 64, and three key tiles or more): a tile with rows for one consumer costs what a
 // full one does (that consumer's S, softmax and P V in a chain, the two others idle:
 // tools/gpu/tail_cost.py measured 0.99-1.01 of a whole tile at d = 128), 4096 = 21 x 192 + 64
-// making it 3% of the work at n = 4k. Items 0 .. shared_tails - 1 (one per (batch, head), its last
-// tile) instead share the tile's key tiles among the three consumers: each computes the slice's 64
-// rows over every third tile of the item's one walk (consumer c walk positions c, c + 3, ...; with
-// three stages all in one K and one V slot), with an online-softmax state of its own, and the
-// three states merge through the Q tile's shared memory at the end (forward_kernel.cuh), consumer 0
-// storing. The producer loads the walk as for any item, K three tiles ahead of V. They come first:
-// the first rounds, never the split tail's (whose units count key tiles of whole items); the split
-// tail can give their blocks a credit (tail_units_begin).
+// making it 3% of the work at n = 4k. Each (batch, head)'s last tile instead shares its key tiles
+// among the three consumers: each computes the slice's 64 rows over every third tile of the item's
+// one walk (consumer c walk positions c, c + 3, ...; with three stages all in one K and one V slot),
+// with an online-softmax state of its own, and the three states merge through the Q tile's shared
+// memory at the end (forward_kernel.cuh), consumer 0 storing. The producer loads the walk as for any
+// item, K three tiles ahead of V. Where they are numbered (shared_tail_item): spread, (batch, head)
+// h's tail at item h M + h % M among its head's M items, so that tails land on different blocks in
+// the rounds whose blocks hold their heads' K/V in L2; or (FLASHATTN_SM90_SHARED_TAILS=first, for
+// measurements) items 0 .. shared_tails - 1, in the first round. Only the whole rounds' tails are
+// shared (a spread tail in the split tail's items runs as any item's part); the split tail can give
+// their blocks a credit (tail_units_begin).
 // Pack-GQA (p.pack_gqa; policy.hpp): items are (tile, kv head, batch) and a tile's rows are
 // pack-GQA rows r = i group + g, query i of query head h_kv group + g: rows [r0, r1) of the tile
 // hold queries [r0 / group, (r1 - 1) / group] of every head of the group. The band (causal/window)
@@ -81,7 +84,9 @@ __host__ __device__ constexpr int shared_walk_tiles(int tiles, int c) {
 // positions that lie at or past key tile n.
 __host__ __device__ constexpr int shared_walk_at_or_above(int n_end, int c, int n) {
   const int top = n_end - 1 - c, count = shared_walk_tiles(n_end, c);
-  return top < n ? 0 : ((top - n) / kSharedTailConsumers + 1 < count ? (top - n) / kSharedTailConsumers + 1 : count);
+  if (top < n) return 0;
+  const int at_or_above = (top - n) / kSharedTailConsumers + 1;
+  return at_or_above < count ? at_or_above : count;
 }
 // Checked against counting, on every share of walks of 3-13 tiles and every n.
 constexpr bool shared_walk_at_or_above_counts() {
@@ -131,9 +136,10 @@ struct Segment {
 
 // Block x's first unit of the split tail: x L + min(x, R), every block U / G. With a credit C per
 // shared tail (p.shared_tail_credit > 0), L and R cut U - tails C units instead (the host's), and
-// each block's share is C more for each shared tail it ran (tail i on block i % G: block_item), so
-// that every block ends at the same time where a shared tail costs C units less than an item. The
-// host checks that every block's range still holds at least T units.
+// each block's share is C more for each shared tail it ran in the whole rounds (item i on block
+// i % G: block_item; counted by the host into p.tails_before), so that every block ends at the
+// same time where a shared tail costs C units less than an item. The host checks that every block's
+// range still holds at least T units.
 // The first term, shared with the host's check (forward.cu, shared_tail_credit): x L + min(x, R);
 // the second, the shared tails that blocks 0 .. x - 1 ran, the host's table.
 __host__ __device__ constexpr int split_units_begin(int x, int per_block, int extra) {
@@ -230,8 +236,8 @@ template <int kBlockM, int kBlockN>
 __device__ __forceinline__ WorkTile work_tile(const ForwardKernelParams& p, const Segment& segment) {
   const int item = segment.item;
   WorkTile w;
-  // Item -> (batch, head) and the pair or tile index within it; shared tails first (item i: the
-  // last tile of (batch, head) i), then the other tiles.
+  // Item -> (batch, head) and the pair or tile index within it (local = -1: the head's shared-tail
+  // slot, its last tile).
   const int pairs = (p.m_blocks + 1) / 2;
   // Spread (shared_tail_item): (batch, head) h's items h M .., its tail at h M + h % M.
   bool tail_slot;
