@@ -15,6 +15,7 @@
 #   TEST_FILTER='*Sm90ForwardTailGroups*' scripts/gpu_ab.sh   fewer tests (default *Sm90*)
 #   TREE_CMAKE_ARGS=-DFLASHATTN_SM90_SHARE_TAILS=ON scripts/gpu_ab.sh   the tree's builds (shim, tests)
 #                                                      configured with more options
+#   COMPARE_ARGS="--rounds 40 --reps 8" scripts/gpu_ab.sh   longer timing (compare_backward.py's options)
 #   REFS="k-ahead" scripts/gpu_ab.sh --prepare         only extract the commits' sources into build/ab-src;
 #                                                      on the device: carry build/ab-src, AB_PREPARED=1
 # Builds go to build/ab (base, tree and each ref) and build/ab-tests; the commits' sources to
@@ -102,4 +103,4 @@ fi
 
 for spec in ${EXTRA_LIBS:-}; do libs+=(--lib "$spec"); done
 PYTHONUNBUFFERED=1 python3 tools/gpu/compare_backward.py --forward sm90 --causal "$CAUSAL" --dims "$DIMS" \
-    --seqlens "$SEQLENS" "${libs[@]}"
+    --seqlens "$SEQLENS" ${COMPARE_ARGS:-} "${libs[@]}"

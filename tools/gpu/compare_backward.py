@@ -42,7 +42,8 @@ def forward_line(args, libs, q, k, v, causal, flops):
         errs.append((o.float() - o_ref.float()).abs().max().item())
         outs.append(o)
         fns[i] = lambda lib=lib, o=o, opts=opts: lib(q, k, v, o, None, causal, backend=backend, **opts)
-    tflops = {name: flops / ms / 1e9 for name, ms in time_interleaved(fns, reps=args.reps).items()}
+    times = time_interleaved(fns, rounds=args.rounds, reps=args.reps)
+    tflops = {name: flops / ms / 1e9 for name, ms in times.items()}
     b, n, h, d = q.shape
     return f"{d:>4} {n:>6} {str(causal):>6} {tflops['flash']:7.1f} {tflops['cudnn']:7.1f}" + "".join(
         f" {tflops[i]:7.1f} {tflops[i] / tflops['flash']:5.2f} {tflops[i] / tflops['cudnn']:5.2f}"
@@ -55,6 +56,8 @@ def main():
     ap.add_argument("--dims", default="64,128,256")
     ap.add_argument("--seqlens", default="2048,4096,8192,16384")
     ap.add_argument("--reps", type=int, default=4, help="calls per timed sample (time_interleaved)")
+    ap.add_argument("--rounds", type=int, default=8, help="samples per entry, each round in a fresh order "
+                    "(time_interleaved); more rounds narrow the spread between identical columns")
     ap.add_argument("--forward", choices=["sm80", "sm90"], help="time this forward path instead of the backward")
     ap.add_argument("--causal", choices=["both", "no", "yes"], default="both")
     args = ap.parse_args()
@@ -111,7 +114,8 @@ def main():
                     errs.append((dq.float() - dq_flash.float()).abs().max().item())
                     keep.append((dq, dk, dv, ws))
                     fns[i] = lambda lib=lib, g=keep[-1]: lib.backward(q, k, v, o, do, lse, *g[:3], causal, g[3])
-                tflops = {name: flops / ms / 1e9 for name, ms in time_interleaved(fns, reps=args.reps).items()}
+                times = time_interleaved(fns, rounds=args.rounds, reps=args.reps)
+                tflops = {name: flops / ms / 1e9 for name, ms in times.items()}
                 flash = tflops["flash"]
                 cells = [(tflops[i], errs[i]) for i in range(len(libs))]
                 del keep, fns
