@@ -115,9 +115,9 @@ namespace tl = timeline;  // stamps of timeline builds only (timeline.cuh); noth
 enum class NamedBarrier : int {
   kConsumerEpilogue = 1,                                   // the consumer's 128 threads
   kGemmTurn = kConsumerEpilogue + ForwardTiles::kMaxConsumers,  // the consumer and its predecessor
-  kSharedTailMeet = kGemmTurn + ForwardTiles::kMaxConsumers,    // every consumer, a shared tail's merge
+  kSharedTailMeets = kGemmTurn + ForwardTiles::kMaxConsumers,   // every consumer: a shared tail's three meets
 };
-static_assert(static_cast<int>(NamedBarrier::kSharedTailMeet) < 16, "16 named barriers");
+static_assert(static_cast<int>(NamedBarrier::kSharedTailMeets) + 2 < 16, "16 named barriers");
 
 // Ping-pong (step 2): the consumers issue their GEMM phases in a ring, 0, 1, ..., C-1, 0, ...
 // Consumer c waits for its turn on barrier kGemmTurn + c (bar.sync) and, once its GEMMs are issued,
@@ -855,7 +855,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
       // A shared tail: the three states merge into consumer 0's, which alone stores.
       if (shared)
         merge_shared_tail<kO>(q_smem, o, softmax, score_scale_log2, release_q_loaded,
-                              static_cast<int>(NamedBarrier::kSharedTailMeet));
+                              static_cast<int>(NamedBarrier::kSharedTailMeets));
       softmax.finalize(kSoftcap ? 1.0f : p.scale, p.maybe_lse != nullptr, inv_l, lse);
       tl::mark(p.timeline, progress.k(), tl::kFinal);
     }

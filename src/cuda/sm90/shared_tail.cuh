@@ -2,8 +2,8 @@
 // over every third key tile). Each consumer ends its share with an online-softmax state (m, l,
 // unnormalised o) on the same register layout (thread t of every consumer holds the same rows and
 // columns), and the three merge as the split tail's two parts do (split_tail.cuh, merge_state),
-// through the Q tile's shared memory, which no S reads any more. The consumers meet on one named
-// barrier before each step:
+// through the Q tile's shared memory, which no S reads any more. The consumers meet on a named
+// barrier before each step, a barrier of its own for each of the three:
 //   1. every consumer is done with its share: its last S, so the Q tile is free, and every tile
 //      phase of the item complete (a consumer saw no phase of the others' slots and must not wait on
 //      one of them by parity before they end); consumer 2 stores its state;
@@ -13,11 +13,12 @@
 // The order is fixed, so the result is the same bits from run to run. Value x of thread t of the
 // warpgroup lies at float x 128 + t (a warp's accesses 128 contiguous bytes); kO + 4 floats a
 // thread, 34 KB of the 48 KB Q tile at d = 128. Each thread then orders its ordinary accesses before
-// the next item's Q load (async proxy) and releases the Q tile (release_q). (Racecheck, H100: with
-// bar.arrive on the handing-over side and bar.sync on the other it reported 136 hazard sites on these
-// accesses, though bar.arrive orders them as a release; with bar.sync on both sides of two pairwise
-// barriers, 2, on consumer 0's first loads (m) in one case. This version, one barrier over all
-// three, has not yet run: docs/perf.md, "Shared tails".)
+// the next item's Q load (async proxy) and releases the Q tile (release_q). Racecheck reports this
+// hand-over (a store before a meet, the load after it) though the barrier orders it: 11 sites in
+// this version, 20 with one barrier met three times. tools/gpu/racecheck_probe.cu shows the same
+// pattern reported only where other named barriers have bar.arrive pending (the ring of turns),
+// with exact values; scripts/gpu_check.sh fails on any other hazard (tools/gpu/racecheck_sites.py).
+// docs/perf.md, "Shared tails switched on".
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,12 +28,12 @@
 
 namespace flashattn::detail::sm90 {
 
-// meet: a named barrier over the three consumers' threads, met three times: after the walk, after
-// consumer 2's store, after consumer 1's; the consumers waiting at one have nothing else to do (the
-// next item needs the Q tile, released only at the end).
+// meets: the first of three named barriers over the three consumers' threads, met after the walk
+// (meets), after consumer 2's store (meets + 1) and after consumer 1's (meets + 2); the consumers
+// waiting at one have nothing else to do (the next item needs the Q tile, released only at the end).
 template <int kO, int kAcc, class Softmax, class ReleaseQ>
 __device__ __forceinline__ void merge_shared_tail(uint8_t* q_smem, float (&o)[kAcc], Softmax& softmax,
-                                                  float scale_log2, const ReleaseQ& release_q, int meet) {
+                                                  float scale_log2, const ReleaseQ& release_q, int meets) {
   constexpr int kThreads = cuda::sm90::kWarpgroupThreads;
   const int c = cuda::sm90::warpgroup_index() - 1, t = cuda::sm90::warpgroup_thread();  // consumer c: warpgroup c + 1
   float* state = reinterpret_cast<float*>(q_smem) + t;
@@ -48,15 +49,15 @@ __device__ __forceinline__ void merge_shared_tail(uint8_t* q_smem, float (&o)[kA
   const auto merge_stored = [&] {
     merge_state<kO>(o, softmax, scale_log2, [&](int x) { return state[x * kThreads]; });
   };
-  const auto all_meet = [&] { cuda::sm90::named_barrier_sync(meet, 3 * kThreads); };
-  all_meet();
+  const auto meet = [&](int step) { cuda::sm90::named_barrier_sync(meets + step, 3 * kThreads); };
+  meet(0);
   if (c == 2) store();
-  all_meet();
+  meet(1);
   if (c == 1) {
     merge_stored();
     store();
   }
-  all_meet();
+  meet(2);
   if (c == 0) merge_stored();
   cuda::sm90::fence_proxy_async_shared();
   release_q();
