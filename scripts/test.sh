@@ -32,9 +32,9 @@ timed "asan tests" env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTION
 step "Installed package + examples/"
 timed "install + example" bash scripts/check_install.sh
 if command -v nvcc >/dev/null 2>&1; then
-  # The sm90 d = 128 kernel with shared tails on (policy.hpp's FLASHATTN_SM90_SHARE_TAILS), whatever the
-  # policy's default: compiled, and failing on any register spill or wgmma serialization (ptxas
-  # C7511: the first version of the tail groups, the path before it, had it).
+  # The sm90 d = 128 kernel with shared tails on (policy.hpp's FLASHATTN_SM90_SHARE_TAILS, on by
+  # default; CMake can switch it off): compiled, and failing on any register spill or wgmma
+  # serialization (ptxas C7511: the first version of the tail groups, the path before it, had it).
   step "sm90 forward with shared tails (compile-only, d = 128)"
   t0=$(date +%s)
   nvcc -Iinclude -Isrc -O3 -DNDEBUG -DFLASHATTN_SM90_SHARE_TAILS=1 -gencode=arch=compute_90a,code=sm_90a \

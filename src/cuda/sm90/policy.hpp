@@ -144,11 +144,11 @@ constexpr bool banded(int window_left, int window_right) { return window_left >=
 // Tail groups (three heads' one-slice last tiles in one item, consumer c on head c; sessions 36-38)
 // ran exact but lost: -6% at n = 4k, -11% at 16k (H100), each head's pipeline one K and one V tile
 // deep from DRAM. They gave way to shared tails (share_tails, tile_scheduler.cuh): one head's
-// one-slice last tile, its key tiles shared by the three consumers. Measured on H100 (session 40,
-// one process beside the same build with them off at run time): +2.3 and +2.4% at n = 4k and 16k in
-// one run, -0.1 and +0.3% in the next; exact in every sm90 test at every head dim. Off
-// (FLASHATTN_SM90_SHARE_TAILS 0; CMake can override it) until a longer A/B settles the gain and
-// racecheck has run on the merge's last version (docs/perf.md, "Shared tails").
+// one-slice last tile, its key tiles shared by the three consumers. Measured beside the same build
+// with them off at run time, one process: H100 (session 40) +2.3 and +2.4% at n = 4k and 16k in one
+// run, -0.1 and +0.3% in the next; H200 (session 41, each column twice, 30 rounds) +1.7% at 4k and
+// +1.2% against main, 8k and 16k within 1%; exact in every sm90 test at every head dim
+// (docs/perf.md, "Shared tails"). On (FLASHATTN_SM90_SHARE_TAILS 1; CMake can override it).
 // Problems without a band take their own tiles where they differ (banded = false below):
 // d = 128 three consumers of 64 x 80 tiles, Br = 192, three stages, turns in a ring of three without
 // the overlap (there are no registers for a second S tile at 160 a thread), Q from shared memory.
@@ -159,7 +159,7 @@ constexpr bool banded(int window_left, int window_right) { return window_left >=
 // n = 4k-16k (H200): the band keeps two consumers. 64 x 64 tiles in four stages: -0.5 to -2.5%
 // non-causal (H200); with k_ahead -1.4 to -3.6%, without tree reductions -0.2 to -3.2% (H100).
 #ifndef FLASHATTN_SM90_SHARE_TAILS
-#define FLASHATTN_SM90_SHARE_TAILS 0  // the d = 128 policy's shared tails (above); CMake can override
+#define FLASHATTN_SM90_SHARE_TAILS 1  // the d = 128 policy's shared tails (above); CMake can override
 #endif
 constexpr ForwardTiles forward_tiles(int head_dim, bool banded) {
   if (head_dim == 128 && !banded)
