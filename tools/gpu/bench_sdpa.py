@@ -267,6 +267,8 @@ def main():
     ap.add_argument("--math-max-n", type=int, default=2048, help="math backend only up to this n (memory, time)")
     ap.add_argument("--backward", action="store_true", help="also time the backward (ours where supported, SDPA flash)")
     ap.add_argument("--options", action="store_true", help="also time the forward with each score modifier (d 128, n 8k)")
+    ap.add_argument("--rounds", type=int, default=8, help="samples per entry of the forward table (time_interleaved); "
+                    "30 brought identical columns within 2%% of each other (8: 2-5%%)")
     args = ap.parse_args()
 
     ours = Ours(args.lib)
@@ -322,7 +324,7 @@ def main():
                         del ref
                     except Exception as e:  # a backend that does not take the shape is reported, not fatal
                         row[f"{name}_error"] = str(e).splitlines()[0][:120]
-                for name, ms in time_interleaved(fns).items():
+                for name, ms in time_interleaved(fns, rounds=args.rounds).items():
                     row[f"{name}_ms"], row[f"{name}_tflops"] = ms, flops / ms / 1e9
                 del o90, lse90, fns
                 if args.backward:
