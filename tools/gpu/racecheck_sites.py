@@ -53,13 +53,12 @@ def sass_of(binary, kernels):
     mangled = sorted(set(FUNCTION.findall(dump)))
     demangled = subprocess.run(["c++filt"], input="\n".join(mangled), capture_output=True, text=True,
                                check=True).stdout.splitlines()
-    wanted = {m for m, d in zip(mangled, demangled) if normalise(d) in kernels}
-    by_mangled = {m: normalise(d) for m, d in zip(mangled, demangled)}
+    wanted = {m: name for m, name in zip(mangled, map(normalise, demangled)) if name in kernels}
     code, current = collections.defaultdict(dict), None
     for line in dump.splitlines():
         f = FUNCTION.search(line)
         if f:
-            current = by_mangled[f.group(1)] if f.group(1) in wanted else None
+            current = wanted.get(f.group(1))
             continue
         i = INSTRUCTION.search(line)
         if current and i:
