@@ -431,9 +431,9 @@ std::vector<Case> shared_tail_cases() {
   return cases;
 }
 
-// Whether the d = 128 unbanded policy shares tails (policy.hpp's share_tails; while it is off the
-// cases below run as plain items, and the rule expects none; a build with -DFLASHATTN_SM90_SHARE_TAILS=ON
-// tests the path).
+// Whether the d = 128 unbanded policy shares tails (policy.hpp's share_tails, on by default; in a
+// build with -DFLASHATTN_SM90_SHARE_TAILS=OFF the cases below run as plain items, and the rule
+// expects none).
 constexpr bool kSharedTailsOn = fd::sm90::forward_tiles(128, false).share_tails;
 
 // The case must be one the sm90 path runs with shared tails where the policy shares them (the
