@@ -13,12 +13,14 @@
 #                                             bench)
 #   BENCH_ARGS="--dims 128 --seqlens 8192"    passed to tools/gpu/bench_sdpa.py (default --backward --options)
 #   TIMELINE_DIMS="128;256"                   the timeline step's head dims (default 128)
-# Logs go to $OUT (or build/gpu-check) and the build to build/gpu.
+#   GPU_BUILD=build/ab-tests STEPS=sanitize   the steps on a build made elsewhere (scripts/gpu_ab.sh's
+#                                             tests; the racecheck probe built there too)
+# Logs go to $OUT (or build/gpu-check) and the build to build/gpu (or GPU_BUILD).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${STEPS:-"build test sanitize sass rate gpubench split timeline bench"}
 LOGS=${OUT:-build/gpu-check}
-BUILD=build/gpu
+BUILD=${GPU_BUILD:-build/gpu}  # GPU_BUILD: a build of these targets made elsewhere (scripts/gpu_ab.sh's build/ab-tests)
 mkdir -p "$LOGS"
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 failures=()  # the sanitizers' verdicts: the steps after them still run, and the script fails at the end
