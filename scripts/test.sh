@@ -45,6 +45,17 @@ if command -v nvcc >/dev/null 2>&1; then
   fi
   grep -c "0 bytes spill stores" build/shared_tails_ptxas.log | xargs echo "kernels without spills:"
   echo "[time] shared tails compile: $(( $(date +%s) - t0 )) s"
+  # The rounds resolved ahead with the early Q release (policy.hpp's FLASHATTN_SM90_RESOLVE_AHEAD,
+  # off by default, not yet measured): compiled in, the same checks.
+  step "sm90 forward with the rounds resolved ahead (compile-only, d = 128)"
+  t0=$(date +%s)
+  nvcc -Iinclude -Isrc -O3 -DNDEBUG -DFLASHATTN_SM90_RESOLVE_AHEAD=1 -gencode=arch=compute_90a,code=sm_90a \
+       --expt-relaxed-constexpr -Xptxas=-v -std=c++17 -x cu -c src/cuda/sm90/instantiations/forward_hdim128_bf16.cu \
+       -o /dev/null 2> build/resolve_ahead_ptxas.log || { cat build/resolve_ahead_ptxas.log; exit 1; }
+  if grep -E "[1-9][0-9]* bytes spill (stores|loads)|C7511" build/resolve_ahead_ptxas.log; then
+    echo "the kernel with the rounds resolved ahead spills registers or has its wgmmas serialized (C7511)"; exit 1
+  fi
+  echo "[time] resolve-ahead compile: $(( $(date +%s) - t0 )) s"
   # From the Release tree built above (its CUDA code compiled once, not again for this check).
   step "Installed package with the CUDA backends + examples/"
   timed "install (CUDA) + example" env BUILD=build/release bash scripts/check_install.sh

@@ -257,6 +257,10 @@ std::vector<Case> persistent_cases() {
   // Bottom-right (sk 560) those rows before 0 see keys; top-left with a window, none.
   cases.push_back(causal(make(kBf16, 3, 500, 560, 20, 20, 64)));  // MHA: pack-GQA would set lead 0
   cases.push_back(window(causal(make(kFp16, 3, 500, 500, 20, 20, 64), Alignment::kTopLeft), 150, -1));
+  // Over 64 rounds a block (10000 items of one query tile and two key tiles on 132 blocks, the last
+  // rounds split): with the rounds resolved ahead (policy resolve_ahead, 32 a batch in a ring of
+  // 64) the resolver waits for the ring's first batch to be free before its third.
+  cases.push_back(make(kBf16, 10, 64, 100, 1000, 1000, 128));
   return cases;
 }
 
