@@ -32,30 +32,26 @@ timed "asan tests" env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTION
 step "Installed package + examples/"
 timed "install + example" bash scripts/check_install.sh
 if command -v nvcc >/dev/null 2>&1; then
-  # The sm90 d = 128 kernel with shared tails on (policy.hpp's FLASHATTN_SM90_SHARE_TAILS, on by
-  # default; CMake can switch it off): compiled, and failing on any register spill or wgmma
-  # serialization (ptxas C7511: the first version of the tail groups, the path before it, had it).
-  step "sm90 forward with shared tails (compile-only, d = 128)"
-  t0=$(date +%s)
-  nvcc -Iinclude -Isrc -O3 -DNDEBUG -DFLASHATTN_SM90_SHARE_TAILS=1 -gencode=arch=compute_90a,code=sm_90a \
-       --expt-relaxed-constexpr -Xptxas=-v -std=c++17 -x cu -c src/cuda/sm90/instantiations/forward_hdim128_bf16.cu \
-       -o /dev/null 2> build/shared_tails_ptxas.log || { cat build/shared_tails_ptxas.log; exit 1; }
-  if grep -E "[1-9][0-9]* bytes spill (stores|loads)|C7511" build/shared_tails_ptxas.log; then
-    echo "the shared-tail kernel spills registers or has its wgmmas serialized (C7511)"; exit 1
-  fi
-  grep -c "0 bytes spill stores" build/shared_tails_ptxas.log | xargs echo "kernels without spills:"
-  echo "[time] shared tails compile: $(( $(date +%s) - t0 )) s"
-  # The rounds resolved ahead with the early Q release (policy.hpp's FLASHATTN_SM90_RESOLVE_AHEAD,
-  # off by default, not yet measured): compiled in, the same checks.
-  step "sm90 forward with the rounds resolved ahead (compile-only, d = 128)"
-  t0=$(date +%s)
-  nvcc -Iinclude -Isrc -O3 -DNDEBUG -DFLASHATTN_SM90_RESOLVE_AHEAD=1 -gencode=arch=compute_90a,code=sm_90a \
-       --expt-relaxed-constexpr -Xptxas=-v -std=c++17 -x cu -c src/cuda/sm90/instantiations/forward_hdim128_bf16.cu \
-       -o /dev/null 2> build/resolve_ahead_ptxas.log || { cat build/resolve_ahead_ptxas.log; exit 1; }
-  if grep -E "[1-9][0-9]* bytes spill (stores|loads)|C7511" build/resolve_ahead_ptxas.log; then
-    echo "the kernel with the rounds resolved ahead spills registers or has its wgmmas serialized (C7511)"; exit 1
-  fi
-  echo "[time] resolve-ahead compile: $(( $(date +%s) - t0 )) s"
+  # The sm90 d = 128 kernel with a policy switch compiled in (policy.hpp): compiled, and failing on
+  # any register spill or wgmma serialization (ptxas C7511: the first version of the tail groups, the
+  # path before it, had it). $1: what, $2: the define, $3: the log's name.
+  sm90_compile_check() {
+    step "sm90 forward with $1 (compile-only, d = 128)"
+    local t0 log=build/$3_ptxas.log
+    t0=$(date +%s)
+    nvcc -Iinclude -Isrc -O3 -DNDEBUG "-D$2=1" -gencode=arch=compute_90a,code=sm_90a \
+         --expt-relaxed-constexpr -Xptxas=-v -std=c++17 -x cu -c src/cuda/sm90/instantiations/forward_hdim128_bf16.cu \
+         -o /dev/null 2> "$log" || { cat "$log"; exit 1; }
+    if grep -E "[1-9][0-9]* bytes spill (stores|loads)|C7511" "$log"; then
+      echo "the kernel with $1 spills registers or has its wgmmas serialized (C7511)"; exit 1
+    fi
+    grep -c "0 bytes spill stores" "$log" | xargs echo "kernels without spills:"
+    echo "[time] $3 compile: $(( $(date +%s) - t0 )) s"
+  }
+  # Shared tails: on by default (CMake can switch them off). The rounds resolved ahead with the early
+  # Q release: off by default, not yet measured.
+  sm90_compile_check "shared tails" FLASHATTN_SM90_SHARE_TAILS shared_tails
+  sm90_compile_check "the rounds resolved ahead" FLASHATTN_SM90_RESOLVE_AHEAD resolve_ahead
   # From the Release tree built above (its CUDA code compiled once, not again for this check).
   step "Installed package with the CUDA backends + examples/"
   timed "install (CUDA) + example" env BUILD=build/release bash scripts/check_install.sh
