@@ -50,7 +50,8 @@
 // (mbarrier.cuh). K and V have barriers of their own, so issuing K(g + 1) before V(g) changes no
 // barrier's sequence. Q and the rounds: the producer alone resolves the block's rounds (segment,
 // WorkTile, each consumer's SliceTiles: tile_scheduler.cuh's ItemInfo) and writes round k's into
-// items[k % 4]. Once the consumers pass q_empty's phase k - 1 (done with round k - 1's Q tile, or
+// items[k % 4] (policy resolve_ahead: producer warp 1 resolves them 32 at a time into items[k % 64],
+// see the producer below). Once the consumers pass q_empty's phase k - 1 (done with round k - 1's Q tile, or
 // at that round's start when it has none; so after round k - 2's epilogue, and past item_full's
 // phase k - 1) it completes item_full's phase k, then loads the item's Q tile, if it has one (key
 // tiles, and not pack-GQA), the block's L-th Q load completing q_full's phase L. A slot is
@@ -173,7 +174,7 @@ __device__ __forceinline__ ConsumerThread consumer_thread() {
 }
 
 // The consumers' progress over the block's items, in one register (the main loop at d = 256 leaves
-// none to spare): the round counter k (item_full's phase, and the ItemInfo slot k % 4); the K/V
+// none to spare): the round counter k (item_full's phase, and the ItemInfo slot k % kRing); the K/V
 // tiles consumed so far, modulo 2 stages (a tile's slot and round parity repeat every 2 stages tiles;
 // at most 8, in 3 bits); q_full's parity (Q tiles consumed, modulo 2); whether the ring of turns has
 // started (a tile was consumed).
@@ -365,7 +366,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
   extern __shared__ uint8_t smem_raw[];
   __shared__ alignas(8) Barriers<kStages> bars;
   // kResolveAhead: batch_ready (a batch is written: the resolver's 32 lanes) and ring_free (the
-  // batch two before it is no longer read: the loading thread), completing a phase a batch.
+  // loading thread at rounds 32 j + 1: batch j - 1 is no longer read), completing a phase a batch.
   __shared__ alignas(8) uint64_t ahead_bars[2];
   uint64_t& batch_ready = ahead_bars[0];
   uint64_t& ring_free = ahead_bars[1];
@@ -439,12 +440,15 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
     };
     if (kResolveAhead && threadIdx.x / 32 == 1) {
       // The resolver (warp 1): batch b into slots of batch b - 2 once the loading thread has seen
-      // the consumers done with it (ring_free's phase b - 2; batches 0 and 1 have fresh slots), then
-      // batch_ready's phase b. It stops after the batch that holds the block's end (a round whose
-      // item is >= num_items; the later rounds are past it too), the last the loading thread waits for.
+      // the consumers done with it (ring_free's phase b - 1, at round 32 (b - 1) + 1), then
+      // batch_ready's phase b. Batch 1's slots are fresh, and it waits too (phase 0, round 1): so
+      // that batch_ready cannot complete phase 1 before the loading thread has waited for phase 0
+      // (its parity wait would then block until phase 2). It stops after the batch that holds the
+      // block's end (a round whose item is >= num_items; the later rounds are past it too), the last
+      // the loading thread waits for, which reaches round 32 (b - 1) + 1 of every batch b written.
       const int lane = static_cast<int>(threadIdx.x % 32);
       for (int b = 0;; ++b) {
-        if (b >= 2) hw::mbarrier_wait(bar(ring_free), static_cast<uint32_t>((b - 2) & 1));
+        if (b >= 1) hw::mbarrier_wait(bar(ring_free), static_cast<uint32_t>((b - 1) & 1));
         const int k = kResolveBatch * b + lane;
         const Segment segment = block_segment(p, k);
         resolve_round(items[k & (kRing - 1)], segment);
@@ -509,9 +513,9 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
         tl::mark(p.timeline, k, tl::kPublished);
         // Resolved ahead: the consumers are done with round k - 2 (the wait above), so batch
         // k / kResolveBatch - 1 is read no more once k % kResolveBatch == 1 (its last round is k - 2),
-        // and the resolver may write batch k / kResolveBatch + 1 over it.
+        // and the resolver may write batch k / kResolveBatch + 1 over it (at k = 1: into fresh slots).
         if constexpr (kResolveAhead)
-          if (k % kResolveBatch == 1 && k > kResolveBatch) hw::mbarrier_arrive(bar(ring_free));
+          if (k % kResolveBatch == 1) hw::mbarrier_arrive(bar(ring_free));
         if (n_tiles > 0 && !p.pack_gqa) {
           hw::mbarrier_arrive_expect_tx(bar(bars.q_full), QTile::kBytes);
 #pragma unroll
