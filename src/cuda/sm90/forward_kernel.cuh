@@ -463,9 +463,11 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
       int g = 0;  // K/V tiles issued so far
       for (int k = 0;; ++k) {
         tl::mark(p.timeline, k, tl::kSegment);
-        if constexpr (kResolveAhead)
+        if constexpr (kResolveAhead) {
           if (k % kResolveBatch == 0) hw::mbarrier_wait(bar(batch_ready), static_cast<uint32_t>((k / kResolveBatch) & 1));
-        const Segment segment = kResolveAhead ? items[k & (kRing - 1)].segment : block_segment(p, k);
+        }
+        Info& info = items[k & (kRing - 1)];  // resolved ahead: there already; else written below
+        const Segment segment = kResolveAhead ? info.segment : block_segment(p, k);
         const bool done = segment.item >= p.num_items;
         int h_kv = 0;  // the item's kv head, once per item (the loads below read it)
         // The item's tile i (key tile n_end - 1 - i) is the block's K/V tile g + i, into K's or V's
@@ -490,16 +492,14 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
         };
         // K(0) first, so that it does not wait behind the previous item's Q.
         if (!done) {
-          const WorkTile w = kResolveAhead ? items[k & (kRing - 1)].w : work_tile<kBlockM, kBlockN>(p, segment);
+          const WorkTile w = kResolveAhead ? info.w : work_tile<kBlockM, kBlockN>(p, segment);
           h_kv = w.h / p.group;
           if (w.tile_count() > 0) load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, 0, tl::kKLoad);
         }
         // Round k's ItemInfo, into slot k % 4: its last round, k - 4, ended (epilogue included)
         // before the consumers passed q_empty's phase k - 3 (or later), which the producer waited for
         // in round k - 2. Written before the wait below, so that the Q load does not wait for it
-        // (without Q in registers, q_empty passes only at the item's last S). Resolved ahead, it is
-        // there already.
-        Info& info = items[k & (kRing - 1)];
+        // (without Q in registers, q_empty passes only at the item's last S).
         if constexpr (!kResolveAhead) resolve_round(info, segment);
         // The loop's fields, back in registers (the mbarrier waits would have them reloaded from
         // shared memory on every tile).
@@ -514,8 +514,9 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
         // Resolved ahead: the consumers are done with round k - 2 (the wait above), so batch
         // k / kResolveBatch - 1 is read no more once k % kResolveBatch == 1 (its last round is k - 2),
         // and the resolver may write batch k / kResolveBatch + 1 over it (at k = 1: into fresh slots).
-        if constexpr (kResolveAhead)
+        if constexpr (kResolveAhead) {
           if (k % kResolveBatch == 1) hw::mbarrier_arrive(bar(ring_free));
+        }
         if (n_tiles > 0 && !p.pack_gqa) {
           hw::mbarrier_arrive_expect_tx(bar(bars.q_full), QTile::kBytes);
 #pragma unroll
@@ -864,12 +865,13 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
               if (masked_end == g_end) break;
               for (; g < u1; ++g) phase(g, std::false_type{}, std::false_type{});
             }
-          } else if constexpr (kEarlyQRelease) {
-            // The last phase, peeled, releases Q right after its wait.
-            for (int g = g_first + 1; g < g_end - 1; ++g) phase(g, masked(g), std::false_type{});
-            if (g_end - 1 > g_first) phase(g_end - 1, masked(g_end - 1), std::true_type{});
           } else {
-            for (int g = g_first + 1; g < g_end; ++g) phase(g, masked(g), std::false_type{});
+            // With early_q_release the last phase is peeled: it releases Q right after its wait.
+            const int g_plain_end = kEarlyQRelease ? g_end - 1 : g_end;
+            for (int g = g_first + 1; g < g_plain_end; ++g) phase(g, masked(g), std::false_type{});
+            if constexpr (kEarlyQRelease) {
+              if (g_plain_end > g_first) phase(g_plain_end, masked(g_plain_end), std::true_type{});
+            }
           }
           // Phase N: P(N-1) V(N-1) alone (narrow when S(N-1) was a narrow S(g_first)). S(N-1) is done:
           // Q is free (released here rather than in the last phase, which would cost a test in every
