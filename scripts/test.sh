@@ -48,10 +48,8 @@ if command -v nvcc >/dev/null 2>&1; then
     grep -c "0 bytes spill stores" "$log" | xargs echo "kernels without spills:"
     echo "[time] $3 compile: $(( $(date +%s) - t0 )) s"
   }
-  # Shared tails: on by default (CMake can switch them off). The rounds resolved ahead with the early
-  # Q release: off by default, not yet measured.
+  # Shared tails: on by default (CMake can switch them off).
   sm90_compile_check "shared tails" FLASHATTN_SM90_SHARE_TAILS shared_tails
-  sm90_compile_check "the rounds resolved ahead" FLASHATTN_SM90_RESOLVE_AHEAD resolve_ahead
   # From the Release tree built above (its CUDA code compiled once, not again for this check).
   step "Installed package with the CUDA backends + examples/"
   timed "install (CUDA) + example" env BUILD=build/release bash scripts/check_install.sh

@@ -258,8 +258,7 @@ std::vector<Case> persistent_cases() {
   cases.push_back(causal(make(kBf16, 3, 500, 560, 20, 20, 64)));  // MHA: pack-GQA would set lead 0
   cases.push_back(window(causal(make(kFp16, 3, 500, 500, 20, 20, 64), Alignment::kTopLeft), 150, -1));
   // Over 64 rounds a block (10000 items of one query tile and two key tiles on 132 blocks, the last
-  // rounds split): with the rounds resolved ahead (policy resolve_ahead, 32 a batch in a ring of
-  // 64) the resolver waits for the ring's first batch to be free before its third.
+  // rounds split): the ring of ItemInfo slots and every barrier's phases lap many times.
   cases.push_back(make(kBf16, 10, 64, 100, 1000, 1000, 128));
   return cases;
 }

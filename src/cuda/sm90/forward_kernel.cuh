@@ -50,8 +50,7 @@
 // (mbarrier.cuh). K and V have barriers of their own, so issuing K(g + 1) before V(g) changes no
 // barrier's sequence. Q and the rounds: the producer alone resolves the block's rounds (segment,
 // WorkTile, each consumer's SliceTiles: tile_scheduler.cuh's ItemInfo) and writes round k's into
-// items[k % 4] (policy resolve_ahead: producer warp 1 resolves them 32 at a time into items[k % 64],
-// see the producer below). Once the consumers pass q_empty's phase k - 1 (done with round k - 1's Q tile, or
+// items[k % 4]. Once the consumers pass q_empty's phase k - 1 (done with round k - 1's Q tile, or
 // at that round's start when it has none; so after round k - 2's epilogue, and past item_full's
 // phase k - 1) it completes item_full's phase k, then loads the item's Q tile, if it has one (key
 // tiles, and not pack-GQA), the block's L-th Q load completing q_full's phase L. A slot is
@@ -174,7 +173,7 @@ __device__ __forceinline__ ConsumerThread consumer_thread() {
 }
 
 // The consumers' progress over the block's items, in one register (the main loop at d = 256 leaves
-// none to spare): the round counter k (item_full's phase, and the ItemInfo slot k % kRing); the K/V
+// none to spare): the round counter k (item_full's phase, and the ItemInfo slot k % 4); the K/V
 // tiles consumed so far, modulo 2 stages (a tile's slot and round parity repeat every 2 stages tiles;
 // at most 8, in 3 bits); q_full's parity (Q tiles consumed, modulo 2); whether the ring of turns has
 // started (a tile was consumed).
@@ -353,27 +352,11 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
   constexpr bool kQRegs = kTiles.q_in_registers;
   // Shared tails (tile_scheduler.cuh): a one-slice last tile's key tiles shared by the consumers.
   constexpr bool kShareTails = kTiles.share_tails;
-  // The rounds resolved ahead (policy resolve_ahead): producer warp 1 resolves rounds
-  // kResolveBatch b .. kResolveBatch (b + 1) - 1, a lane each, into a ring of kRing ItemInfo slots,
-  // two batches, and the loading thread (thread 0) reads them; else thread 0 resolves each round
-  // at its start into a ring of 4.
-  constexpr bool kResolveAhead = kTiles.resolve_ahead;
-  constexpr int kResolveBatch = 32;
-  constexpr int kRing = kResolveAhead ? 2 * kResolveBatch : 4;
-  // The item's last phase releases Q right after its GEMMs' wait (policy early_q_release).
-  constexpr bool kEarlyQRelease = kTiles.early_q_release;
 
   extern __shared__ uint8_t smem_raw[];
   __shared__ alignas(8) Barriers<kStages> bars;
-  // kResolveAhead: batch_ready (a batch is written: the resolver's 32 lanes) and ring_free (the
-  // loading thread at rounds 32 j + 1: batch j - 1 is no longer read), completing a phase a batch.
-  __shared__ alignas(8) uint64_t ahead_bars[2];
-  uint64_t& batch_ready = ahead_bars[0];
-  uint64_t& ring_free = ahead_bars[1];
   using Info = ItemInfo<kTiles.consumers>;
-  __shared__ alignas(16) Info items[kRing];  // round k's in items[k % kRing]
-  static_assert(kTiles.smem_bytes() + sizeof(items) + sizeof(bars) + sizeof(ahead_bars) <= kMaxSmemBytes,
-                "shared memory per block, the ring of rounds included");
+  __shared__ alignas(16) Info items[4];  // round k's in items[k % 4]
   const uint32_t raw = cuda::smem_address(smem_raw);
   const uint32_t q_addr = (raw + ForwardTiles::kAlignment - 1) / ForwardTiles::kAlignment * ForwardTiles::kAlignment;
   const uint32_t k_addr0 = q_addr + QTile::kBytes;
@@ -399,10 +382,6 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
       hw::mbarrier_init(bar(bars.k_empty[s]), kConsumerThreads);
       hw::mbarrier_init(bar(bars.v_empty[s]), kConsumerThreads);
     }
-    if constexpr (kResolveAhead) {
-      hw::mbarrier_init(bar(batch_ready), kResolveBatch);
-      hw::mbarrier_init(bar(ring_free), 1);
-    }
     hw::fence_mbarrier_init();
   }
   if constexpr (kRowSums) {
@@ -422,40 +401,6 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
   if (wg == 0) {
     // ---- Producer -------------------------------------------------------------------------------
     hw::setmaxnreg_dec<kTiles.producer_registers>();
-    // Round k's ItemInfo (segment given), written straight to shared memory and read back from there
-    // (the producer has 24-40 registers): block_segment, work_tile and each consumer's slice_tiles,
-    // some 890 instructions of one thread at d = 128 (divisions and 64-bit band arithmetic).
-    const auto resolve_round = [&](Info& info, const Segment& segment) {
-      const bool done = segment.item >= p.num_items;
-      info.segment = segment;
-      info.w = done ? WorkTile{} : work_tile<kBlockM, kBlockN>(p, segment);
-      asm volatile("" ::: "memory");  // what follows reads info.w from shared memory
-#pragma unroll
-      for (int c = 0; c < kTiles.consumers; ++c) {
-        // A shared tail's consumers each hold the tile's first 64 rows.
-        const int slice_row0 = kShareTails && info.w.shared_tail ? 0 : c * kRows;
-        info.slices[c] = info.w.slice_tiles<kBlockN>(info.w.q_tile_row0 + slice_row0, kRows, p.group, p.pack_gqa);
-        asm volatile("" ::: "memory");
-      }
-    };
-    if (kResolveAhead && threadIdx.x / 32 == 1) {
-      // The resolver (warp 1): batch b into slots of batch b - 2 once the loading thread has seen
-      // the consumers done with it (ring_free's phase b - 1, at round 32 (b - 1) + 1), then
-      // batch_ready's phase b. Batch 1's slots are fresh, and it waits too (phase 0, round 1): so
-      // that batch_ready cannot complete phase 1 before the loading thread has waited for phase 0
-      // (its parity wait would then block until phase 2). It stops after the batch that holds the
-      // block's end (a round whose item is >= num_items; the later rounds are past it too), the last
-      // the loading thread waits for, which reaches round 32 (b - 1) + 1 of every batch b written.
-      const int lane = static_cast<int>(threadIdx.x % 32);
-      for (int b = 0;; ++b) {
-        if (b >= 1) hw::mbarrier_wait(bar(ring_free), static_cast<uint32_t>((b - 1) & 1));
-        const int k = kResolveBatch * b + lane;
-        const Segment segment = block_segment(p, k);
-        resolve_round(items[k & (kRing - 1)], segment);
-        hw::mbarrier_arrive(bar(batch_ready));
-        if (__any_sync(0xffffffffu, segment.item >= p.num_items)) break;
-      }
-    }
     if (threadIdx.x == 0) {
       hw::tma_prefetch_descriptor(p.q_map);
       hw::tma_prefetch_descriptor(p.k_map);
@@ -463,11 +408,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
       int g = 0;  // K/V tiles issued so far
       for (int k = 0;; ++k) {
         tl::mark(p.timeline, k, tl::kSegment);
-        if constexpr (kResolveAhead) {
-          if (k % kResolveBatch == 0) hw::mbarrier_wait(bar(batch_ready), static_cast<uint32_t>((k / kResolveBatch) & 1));
-        }
-        Info& info = items[k & (kRing - 1)];  // resolved ahead: there already; else written below
-        const Segment segment = kResolveAhead ? info.segment : block_segment(p, k);
+        const Segment segment = block_segment(p, k);
         const bool done = segment.item >= p.num_items;
         int h_kv = 0;  // the item's kv head, once per item (the loads below read it)
         // The item's tile i (key tile n_end - 1 - i) is the block's K/V tile g + i, into K's or V's
@@ -492,15 +433,27 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
         };
         // K(0) first, so that it does not wait behind the previous item's Q.
         if (!done) {
-          const WorkTile w = kResolveAhead ? info.w : work_tile<kBlockM, kBlockN>(p, segment);
+          const WorkTile w = work_tile<kBlockM, kBlockN>(p, segment);
           h_kv = w.h / p.group;
           if (w.tile_count() > 0) load_tile(w, bars.k_full, bars.k_empty, k_addr0, KTile::kBytes, p.k_map, 0, tl::kKLoad);
         }
         // Round k's ItemInfo, into slot k % 4: its last round, k - 4, ended (epilogue included)
         // before the consumers passed q_empty's phase k - 3 (or later), which the producer waited for
-        // in round k - 2. Written before the wait below, so that the Q load does not wait for it
-        // (without Q in registers, q_empty passes only at the item's last S).
-        if constexpr (!kResolveAhead) resolve_round(info, segment);
+        // in round k - 2. The WorkTile is resolved again and written straight to shared memory, and
+        // the rest is read back from there: the producer has 24-40 registers. Written before the
+        // wait below, so that the Q load does not wait for it (without Q in registers, q_empty passes
+        // only at the item's last S).
+        Info& info = items[k & 3];
+        info.segment = segment;
+        info.w = done ? WorkTile{} : work_tile<kBlockM, kBlockN>(p, segment);
+        asm volatile("" ::: "memory");  // what follows reads info.w from shared memory
+#pragma unroll
+        for (int c = 0; c < kTiles.consumers; ++c) {
+          // A shared tail's consumers each hold the tile's first 64 rows.
+          const int slice_row0 = kShareTails && info.w.shared_tail ? 0 : c * kRows;
+          info.slices[c] = info.w.slice_tiles<kBlockN>(info.w.q_tile_row0 + slice_row0, kRows, p.group, p.pack_gqa);
+          asm volatile("" ::: "memory");
+        }
         // The loop's fields, back in registers (the mbarrier waits would have them reloaded from
         // shared memory on every tile).
         const WorkTile w = info.w;
@@ -511,12 +464,6 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
         hw::mbarrier_wait(bar(bars.q_empty), static_cast<uint32_t>(k & 1) ^ 1);
         hw::mbarrier_arrive(bar(bars.item_full));
         tl::mark(p.timeline, k, tl::kPublished);
-        // Resolved ahead: the consumers are done with round k - 2 (the wait above), so batch
-        // k / kResolveBatch - 1 is read no more once k % kResolveBatch == 1 (its last round is k - 2),
-        // and the resolver may write batch k / kResolveBatch + 1 over it (at k = 1: into fresh slots).
-        if constexpr (kResolveAhead) {
-          if (k % kResolveBatch == 1) hw::mbarrier_arrive(bar(ring_free));
-        }
         if (n_tiles > 0 && !p.pack_gqa) {
           hw::mbarrier_arrive_expect_tx(bar(bars.q_full), QTile::kBytes);
 #pragma unroll
@@ -562,7 +509,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
   Progress<kStages> progress;
 
   // Round k's item, as the producer published it (ItemInfo): read from shared memory where used.
-  const auto info = [&](int k) -> const Info& { return items[k & (kRing - 1)]; };
+  const auto info = [&](int k) -> const Info& { return items[k & 3]; };
   const auto release_q_loaded = [&] { hw::mbarrier_arrive(bar(bars.q_empty)); };
 
   for (;;) {
@@ -805,10 +752,8 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
           }
           // Phase g - g_begin (0 < g - g_begin < N): S(g) and O += P(g-1) V(g-1), then the softmax of
           // S(g). `mask`: std::true_type or std::false_type (the phase does or does not need the mask,
-          // known at compile time), or masked(g). `last` (std::true_type, with early_q_release: S(g) is
-          // the item's last S, and one wait retires both GEMMs): Q is released right after that
-          // wait, before the softmax.
-          const auto phase = [&](int g, auto mask, auto last) {
+          // known at compile time), or masked(g).
+          const auto phase = [&](int g, auto mask) {
             float s[kS];
             wait_k(g);
             mark_phase(g, tl::kKReady);
@@ -848,7 +793,6 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
               s_retired();
               release_k(g);
               release_v(g - 1);
-              if constexpr (decltype(last)::value) release_q();
               modify(s, g, mask);
               softmax.update(s, score_scale_log2, alpha);
             }
@@ -861,23 +805,17 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
             const int u0 = max(g_whole_begin, g_first + 1), u1 = max(g_whole_end, u0);
             int g = g_first + 1;
             for (int masked_end = u0;; masked_end = g_end) {
-              for (; g < masked_end; ++g) phase(g, std::true_type{}, std::false_type{});
+              for (; g < masked_end; ++g) phase(g, std::true_type{});
               if (masked_end == g_end) break;
-              for (; g < u1; ++g) phase(g, std::false_type{}, std::false_type{});
+              for (; g < u1; ++g) phase(g, std::false_type{});
             }
           } else {
-            // With early_q_release the last phase is peeled: it releases Q right after its wait.
-            const int g_plain_end = kEarlyQRelease ? g_end - 1 : g_end;
-            for (int g = g_first + 1; g < g_plain_end; ++g) phase(g, masked(g), std::false_type{});
-            if constexpr (kEarlyQRelease) {
-              if (g_plain_end > g_first) phase(g_plain_end, masked(g_plain_end), std::true_type{});
-            }
+            for (int g = g_first + 1; g < g_end; ++g) phase(g, masked(g));
           }
           // Phase N: P(N-1) V(N-1) alone (narrow when S(N-1) was a narrow S(g_first)). S(N-1) is done:
           // Q is free (released here rather than in the last phase, which would cost a test in every
-          // phase and, at d = 256, registers; with early_q_release the peeled last phase did, unless
-          // S(N-1) was the first phase's).
-          if (!kEarlyQRelease || g_end - 1 == g_first) release_q();
+          // phase and, at d = 256, registers).
+          release_q();
           wait_v(g_end - 1);
           turns.take(false);
           tl::mark(p.timeline, progress.k(), tl::kLastTake);

@@ -59,12 +59,6 @@ struct ForwardTiles {
                            // fill one consumer's slice (rows % Br in 1 .. 64) runs with its key tiles
                            // shared by the consumers, each over every third, their states merged
                            // (tile_scheduler.cuh: shared tails); false: one consumer computes it
-  bool resolve_ahead;      // a second producer warp resolves the block's rounds 32 at a time (a lane
-                           // each) into a ring of 64 ItemInfo slots, so that the loading thread only
-                           // reads them (forward_kernel.cuh); false: the loading thread resolves each
-                           // round at its start (about 890 instructions), into a ring of 4
-  bool early_q_release;    // without the overlap: the item's last phase releases Q right after its
-                           // GEMMs' wait, before its softmax; false: after it
 
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kRowsPerConsumer = 64;
@@ -95,8 +89,7 @@ struct ForwardTiles {
            k_ahead == o.k_ahead && narrow_first == o.narrow_first && tree_reductions == o.tree_reductions &&
            lazy_rescale == o.lazy_rescale && q_in_registers == o.q_in_registers &&
            row_sums_by_pv == o.row_sums_by_pv && exp2_poly_share == o.exp2_poly_share && persistent == o.persistent &&
-           share_tails == o.share_tails && resolve_ahead == o.resolve_ahead &&
-           early_q_release == o.early_q_release;
+           share_tails == o.share_tails;
   }
 };
 
@@ -168,40 +161,30 @@ constexpr bool banded(int window_left, int window_right) { return window_left >=
 #ifndef FLASHATTN_SM90_SHARE_TAILS
 #define FLASHATTN_SM90_SHARE_TAILS 1  // the d = 128 policy's shared tails (above); CMake can override
 #endif
-// The rounds resolved ahead by a warp of their own, with the early Q release (d = 128 without a
-// band): built in session 42, not yet run (docs/perf.md, "The next item's Q by consumer slices": the
-// next item's Q waits for the loading thread's resolve, about 4.5 K cycles, as much as for the last
-// consumer's release). Off until measured; CMake's FLASHATTN_SM90_RESOLVE_AHEAD=ON compiles it in.
-#ifndef FLASHATTN_SM90_RESOLVE_AHEAD
-#define FLASHATTN_SM90_RESOLVE_AHEAD 0
-#endif
 constexpr ForwardTiles forward_tiles(int head_dim, bool banded) {
   if (head_dim == 128 && !banded)
     return {128, 3, 80, 3, 32, 160, true, false, false, false, false, true, true, false, true, 0,
-            Persistence::kAlways, /*share_tails=*/FLASHATTN_SM90_SHARE_TAILS != 0,
-            /*resolve_ahead=*/FLASHATTN_SM90_RESOLVE_AHEAD != 0, /*early_q_release=*/FLASHATTN_SM90_RESOLVE_AHEAD != 0};
+            Persistence::kAlways, /*share_tails=*/FLASHATTN_SM90_SHARE_TAILS != 0};
   switch (head_dim) {
     //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv k_ahead narrow_first
-    //               tree lazy q_regs row_sums_by_pv exp2_poly_share persistent share_tails resolve_ahead
-    //               early_q_release
+    //               tree lazy q_regs row_sums_by_pv exp2_poly_share persistent share_tails
     case 64:
       return {64, 3, 128, 2, 32, 160, true, false, false, false, true, false, true, false, true, 0,
-              Persistence::kAlways, false, false, false};
+              Persistence::kAlways, false};
     case 96:
       return {96, 2, 128, 2, 40, 232, true, true, false, false, false, true, true, true, false, 0,
-              Persistence::kAlways, false, false, false};
+              Persistence::kAlways, false};
     case 128:
       return {128, 2, 128, 2, 40, 232, true, true, false, false, false, true, true, true, true, 0,
-              Persistence::kAlways, false, false, false};
+              Persistence::kAlways, false};
     case 192:
       return {192, 2, 96, 2, 40, 232, true, true, false, false, false, true, true, false, false, 0,
-              Persistence::kAlways, false, false, false};
+              Persistence::kAlways, false};
     case 256:
       return {256, 2, 80, 2, 24, 240, false, true, false, false, false, true, true, false, false, 0,
-              Persistence::kAlways, false, false, false};
+              Persistence::kAlways, false};
     default:
-      return {0, 0, 0, 0, 0, 0, false, false, false, false, false, false, false, false, false, 0, Persistence::kNever, false,
-              false, false};
+      return {0, 0, 0, 0, 0, 0, false, false, false, false, false, false, false, false, false, 0, Persistence::kNever, false};
   }
 }
 
@@ -250,7 +233,6 @@ struct ForwardPolicy {
                 "a shared tail's consumers read Q from shared memory, and the policy's phases hold one S tile");
   static_assert(!kTiles.share_tails || (kHeadDim / 2 + 4) * 4 * ForwardTiles::kWarpgroupThreads <= kTiles.q_bytes(),
                 "a consumer's (o, m, l) passes through the Q tile (the shared tail's merge)");
-  static_assert(!kTiles.early_q_release || !kTiles.overlap, "the overlap releases Q in its last phase, alone");
   static_assert(!kTiles.row_sums_by_pv || kHeadDim % 64 == 0, "P V's ones columns start a column block of their own");
   static_assert(kTiles.producer_registers + kTiles.consumers * kTiles.consumer_registers <=
                     (1 + kTiles.consumers) * kTiles.launch_registers(),

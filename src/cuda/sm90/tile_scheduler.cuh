@@ -321,8 +321,7 @@ __device__ __forceinline__ WorkTile work_tile(const ForwardKernelParams& p, cons
 // segment (item >= p.num_items: the block is done), its WorkTile and each consumer's SliceTiles.
 // The producer alone runs block_segment, work_tile and slice_tiles (their divisions and 64-bit band
 // arithmetic, some hundreds of instructions a round); it writes the round's ItemInfo into slot
-// k % 4 of shared memory (with the policy's resolve_ahead a warp of its own, 32 rounds at a time, into
-// slot k % 64) before it completes item_full's phase k, and the consumers read it there, at
+// k % 4 of shared memory before it completes item_full's phase k, and the consumers read it there, at
 // the item's start and again in its epilogue, instead of holding it in registers over the main loop.
 template <int kConsumers>
 struct ItemInfo {
