@@ -11,6 +11,9 @@
 //
 // What it answers (docs/perf.md): whether A from shared memory costs rate against A from registers
 // at the N of our tiles, and what rate the tensor cores sustain at the clock that power allows.
+// Rows "nN+8" issue an m64n8k16 after each m64nNk16 of the group, on the same A and a B tile of its
+// own (P V's ones columns as an instruction of their own, beside N + 8 in one: policy.hpp's
+// row_sums_by_pv); their FLOPs count N + 8 columns.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -47,21 +50,24 @@ __device__ __forceinline__ uint32_t random_pair(uint32_t i) {
   return flashattn::cuda::MmaType<T>::pack(a, b);
 }
 
-template <int kN>
+// kExtra: 0, or 8 (an m64n8k16 after each m64nNk16, its B tile after the first).
+template <int kN, int kExtra>
 struct Layout {
   using ATile = hw::Sw128Tile<64, kK>;  // one per warpgroup (a Q slice)
   using BTile = hw::Sw128Tile<kN, kK>;  // shared (a K tile)
-  static constexpr int bytes(int warpgroups) { return warpgroups * ATile::kBytes + BTile::kBytes + 1024; }
+  using ETile = hw::Sw128Tile<kExtra == 0 ? 8 : kExtra, kK>;
+  static constexpr int kBBytes = BTile::kBytes + (kExtra > 0 ? ETile::kBytes : 0);
+  static constexpr int bytes(int warpgroups) { return warpgroups * ATile::kBytes + kBBytes + 1024; }
 };
 
-template <int kN, bool kRs, int kWarpgroups>
+template <int kN, bool kRs, int kWarpgroups, int kExtra>
 __global__ void __launch_bounds__(kWarpgroups * 128, 1) rate_kernel(float* sink, int groups, long long* clocks) {
-  using L = Layout<kN>;
+  using L = Layout<kN, kExtra>;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = flashattn::cuda::smem_address(smem_raw);
   const uint32_t base = (raw + 1023) / 1024 * 1024;
   uint32_t* words = reinterpret_cast<uint32_t*>(smem_raw + (base - raw));
-  const int n_words = (kWarpgroups * L::ATile::kBytes + L::BTile::kBytes) / 4;
+  const int n_words = (kWarpgroups * L::ATile::kBytes + L::kBBytes) / 4;
   for (int i = threadIdx.x; i < n_words; i += blockDim.x) words[i] = random_pair(i + 7919u * blockIdx.x);
   __syncthreads();
   hw::fence_proxy_async_shared();  // generic stores -> wgmma's reads
@@ -69,12 +75,13 @@ __global__ void __launch_bounds__(kWarpgroups * 128, 1) rate_kernel(float* sink,
 
   const int wg = threadIdx.x / 128;
   const uint32_t a_tile = base + wg * L::ATile::kBytes, b_tile = base + kWarpgroups * L::ATile::kBytes;
+  const uint32_t e_tile = b_tile + L::BTile::kBytes;
   uint32_t a[kK / 16][4];
 #pragma unroll
   for (int s = 0; s < kK / 16; ++s)
 #pragma unroll
     for (int r = 0; r < 4; ++r) a[s][r] = random_pair(threadIdx.x * 64 + s * 4 + r);
-  float d[kN / 2];
+  float d[kN / 2], e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) d[i] = 0.0f;
 
@@ -92,12 +99,20 @@ __global__ void __launch_bounds__(kWarpgroups * 128, 1) rate_kernel(float* sink,
         hw::wgmma_rs<T>(d, a[s], b, true);
       else
         hw::wgmma_ss<T>(d, hw::k_major_descriptor<typename L::ATile>(a_tile, s), b, true);
+      if constexpr (kExtra > 0) {
+        const uint64_t eb = hw::k_major_descriptor<typename L::ETile>(e_tile, s);
+        if constexpr (kRs)
+          hw::wgmma_rs<T>(e, a[s], eb, true);
+        else
+          hw::wgmma_ss<T>(e, hw::k_major_descriptor<typename L::ATile>(a_tile, s), eb, true);
+      }
     }
     hw::wgmma_commit();
     hw::wgmma_wait<1>();
   }
   hw::wgmma_wait<0>();
   hw::wgmma_fence_operand(d);
+  hw::wgmma_fence_operand(e);
   if (threadIdx.x == 0 && blockIdx.x == 0) {
     long long t1;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
@@ -107,6 +122,7 @@ __global__ void __launch_bounds__(kWarpgroups * 128, 1) rate_kernel(float* sink,
   float sum = 0.0f;
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) sum += d[i];
+  if constexpr (kExtra > 0) sum += e[0] + e[1] + e[2] + e[3];
   if (sum == 12345.678f) sink[threadIdx.x] = sum;  // keeps the accumulators live, never taken in practice
 }
 
@@ -114,10 +130,10 @@ struct Result {
   double tflops, mhz;
 };
 
-template <int kN, bool kRs, int kWarpgroups>
+template <int kN, bool kRs, int kWarpgroups, int kExtra>
 Result measure(int sms, double target_ms) {
-  constexpr int smem = Layout<kN>::bytes(kWarpgroups);
-  auto kernel = rate_kernel<kN, kRs, kWarpgroups>;
+  constexpr int smem = Layout<kN, kExtra>::bytes(kWarpgroups);
+  auto kernel = rate_kernel<kN, kRs, kWarpgroups, kExtra>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   float* sink;
   long long* clocks;
@@ -126,7 +142,7 @@ Result measure(int sms, double target_ms) {
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
-  const double flop_per_group = 2.0 * 64 * kN * kK * kWarpgroups * sms;
+  const double flop_per_group = 2.0 * 64 * (kN + kExtra) * kK * kWarpgroups * sms;
   const auto run = [&](int groups) {
     CHECK(cudaEventRecord(e0));
     kernel<<<sms, kWarpgroups * 128, smem>>>(sink, groups, clocks);
@@ -158,13 +174,19 @@ Result measure(int sms, double target_ms) {
   return {flop_per_group * groups / (ms * 1e-3) / 1e12, mhz};
 }
 
-template <int kN, int kWarpgroups>
+template <int kN, int kWarpgroups, int kExtra = 0>
 void row(int sms, double target_ms) {
   for (const bool rs : {false, true}) {
-    const Result r = rs ? measure<kN, true, kWarpgroups>(sms, target_ms) : measure<kN, false, kWarpgroups>(sms, target_ms);
+    const Result r = rs ? measure<kN, true, kWarpgroups, kExtra>(sms, target_ms)
+                        : measure<kN, false, kWarpgroups, kExtra>(sms, target_ms);
     const double peak_at_clock = 4096.0 * sms * r.mhz * 1e6 / 1e12;
-    std::printf("  m64n%-3dk16  %s  %d     %7.1f   %6.0f    %5.1f%%\n", kN, rs ? "RS" : "SS", kWarpgroups, r.tflops, r.mhz,
-                100.0 * r.tflops / peak_at_clock);
+    char shape[16];
+    if (kExtra > 0)
+      std::snprintf(shape, sizeof shape, "n%d+%d", kN, kExtra);
+    else
+      std::snprintf(shape, sizeof shape, "n%d", kN);
+    std::printf("  m64%-7sk16  %s  %d     %7.1f   %6.0f    %5.1f%%\n", shape, rs ? "RS" : "SS", kWarpgroups, r.tflops,
+                r.mhz, 100.0 * r.tflops / peak_at_clock);
   }
 }
 
@@ -183,12 +205,15 @@ int main(int argc, char** argv) {
   const cudaDeviceProp prop = sm90_device("flashattn_wgmma_rate");
   const int sms = prop.multiProcessorCount;
   std::printf("wgmma rate on %s (%d SMs), bf16 -> fp32, K = %d per group, one block per SM\n", prop.name, sms, kK);
-  std::printf("  shape        A   WGs  TFLOP/s   MHz   of peak at that clock\n");
+  std::printf("  shape           A   WGs  TFLOP/s   MHz   of peak at that clock\n");
+  row<8, 2>(sms, target_ms);
   row<64, 1>(sms, target_ms);
   row<64, 2>(sms, target_ms);
   row<80, 2>(sms, target_ms);
   row<128, 1>(sms, target_ms);
   row<128, 2>(sms, target_ms);
+  row<136, 2>(sms, target_ms);
+  row<128, 2, 8>(sms, target_ms);
   row<176, 2>(sms, target_ms);
   row<256, 1>(sms, target_ms);
   row<256, 2>(sms, target_ms);

@@ -9,8 +9,9 @@ import pathlib
 
 # Multiples of 16 (a k16 step of P.V consumes two n8 accumulator blocks of S) up to the largest
 # instruction: block widths Bc and head dims 64..256 are all among them. Plus d + 8 for the head
-# dims whose P V also sums P's rows (policy.hpp: row_sums_by_pv: V's columns and 8 of ones).
-N_VALUES = sorted(list(range(16, 257, 16)) + [72, 136])
+# dims whose P V also sums P's rows (policy.hpp: row_sums_by_pv: V's columns and 8 of ones). And 8:
+# those ones columns as an instruction of their own (tools/gpu/wgmma_rate.cu measures its cost).
+N_VALUES = sorted([8] + list(range(16, 257, 16)) + [72, 136])
 TYPES = [("__nv_bfloat16", "bf16"), ("__half", "f16")]
 
 HEADER = """\
