@@ -95,16 +95,17 @@ __global__ void __launch_bounds__(kWarpgroups * 128, 1) rate_kernel(float* sink,
 #pragma unroll
     for (int s = 0; s < kK / 16; ++s) {
       const uint64_t b = hw::k_major_descriptor<typename L::BTile>(b_tile, s);
+      const uint64_t a_desc = hw::k_major_descriptor<typename L::ATile>(a_tile, s);  // SS only
       if constexpr (kRs)
         hw::wgmma_rs<T>(d, a[s], b, true);
       else
-        hw::wgmma_ss<T>(d, hw::k_major_descriptor<typename L::ATile>(a_tile, s), b, true);
+        hw::wgmma_ss<T>(d, a_desc, b, true);
       if constexpr (kExtra > 0) {
         const uint64_t eb = hw::k_major_descriptor<typename L::ETile>(e_tile, s);
         if constexpr (kRs)
           hw::wgmma_rs<T>(e, a[s], eb, true);
         else
-          hw::wgmma_ss<T>(e, hw::k_major_descriptor<typename L::ATile>(a_tile, s), eb, true);
+          hw::wgmma_ss<T>(e, a_desc, eb, true);
       }
     }
     hw::wgmma_commit();
@@ -112,7 +113,7 @@ __global__ void __launch_bounds__(kWarpgroups * 128, 1) rate_kernel(float* sink,
   }
   hw::wgmma_wait<0>();
   hw::wgmma_fence_operand(d);
-  hw::wgmma_fence_operand(e);
+  if constexpr (kExtra > 0) hw::wgmma_fence_operand(e);
   if (threadIdx.x == 0 && blockIdx.x == 0) {
     long long t1;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
