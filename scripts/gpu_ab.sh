@@ -13,7 +13,7 @@
 #   EXTRA_LIBS="tree-noshare=build/ab/tree/tools/gpu/libflashattn_shim.so:noshare" scripts/gpu_ab.sh
 #                                                      more columns: compare_backward.py --lib specs
 #   TEST_FILTER='*Sm90ForwardTailGroups*' scripts/gpu_ab.sh   fewer tests (default *Sm90*)
-#   TREE_CMAKE_ARGS=-DFLASHATTN_SM90_SHARE_TAILS=ON scripts/gpu_ab.sh   the tree's builds (shim, tests)
+#   TREE_CMAKE_ARGS=-DFLASHATTN_SM90_NARROW_TAIL=ON scripts/gpu_ab.sh   the tree's builds (shim, tests)
 #                                                      configured with more options
 #   COMPARE_ARGS="--rounds 40 --reps 8" scripts/gpu_ab.sh   longer timing (compare_backward.py's options)
 #   REFS="k-ahead" scripts/gpu_ab.sh --prepare         only extract the commits' sources into build/ab-src;

@@ -125,6 +125,12 @@ std::vector<Case> small_cases() {
   for (auto [d, bc] : {std::pair<int64_t, int64_t>{64, 128}, {96, 128}, {128, 128}, {192, 96}, {256, 80}})
     for (int64_t sk : {bc - 5, 2 * bc + 7, 4 * bc + 1})
       cases.push_back(make(sk == 2 * bc + 7 ? kFp16 : kBf16, 1, 203, sk, 2, 1, d));
+  // Narrow first tiles at d = 128 without a band (policy narrow_keys = 16, narrow_widths = 2 in a
+  // build with FLASHATTN_SM90_NARROW_TAIL on, Bc = 80): the walk's first tile holds the sequence's
+  // last 1-80 keys, computed over 16 or 32 of them (1-16, 17-32 keys) or whole (33-80); both ends of
+  // each.
+  for (int64_t sk : {81, 96, 97, 112, 113, 144, 160})
+    cases.push_back(make(sk % 2 == 0 ? kBf16 : kFp16, 1, 203, sk, 2, 1, 128));
   // A key tile that one consumer's rows see and another's do not (its scores all -inf for that
   // consumer, first in the walk under causal masking), the other consumers' turns still taken.
   cases.push_back(causal(make(kBf16, 1, 203, 267, 2, 2, 128)));   // Br 128: rows 0-63 stop at key 127

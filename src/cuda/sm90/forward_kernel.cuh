@@ -29,8 +29,11 @@
 // releases unread, and it masks only the tiles that its rows do not all see whole; the producer
 // loads the item's tiles for all of them alike.
 //
-// At d = 64 (policy narrow_first) a consumer whose rows see none of the last Bc / 2 keys of its first
-// tile computes that tile as a 64 x Bc / 2 S (a narrow S) and its P V in half the key steps.
+// A narrow first tile (policy narrow_widths > 0): a consumer whose rows see only the first w keys of
+// its first tile (w = narrow_keys times 1 .. narrow_widths: a causal diagonal at d = 64, or the end
+// of the sequence at d = 128 without a band in builds with FLASHATTN_SM90_NARROW_TAIL, as in the last
+// key tile at n = 4096, Bc = 80, where w = 16) computes that tile as a 64 x w S (a narrow S) and its
+// P V over those w / 16 key steps.
 //
 // The consumers' schedule is the policy's (policy.hpp). Step 1 (serial): S(j), wait, softmax, P V,
 // wait. Steps 2-3 (pipelined): in phases; phase j issues S(j) and O += P(j-1) V(j-1) together (the
@@ -203,6 +206,20 @@ struct Progress {
 // on an item's tile ranges, read from shared memory, stay uniform branches).
 __device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
 
+// f(std::integral_constant<int, w>{}) for the run-time width w, as min(max(w, 1), kMax): one
+// compile-time width per narrow tile's shape (a chain of warp-uniform compares; none for kMax = 1).
+template <int kMax, class F>
+__device__ __forceinline__ void with_width(int w, F&& f) {
+  static_assert(kMax >= 1);
+  if constexpr (kMax > 1) {
+    if (w < kMax) {
+      with_width<kMax - 1>(w, f);
+      return;
+    }
+  }
+  f(std::integral_constant<int, kMax>{});
+}
+
 // Pack-GQA (tile_scheduler.cuh): a consumer warp's 16 rows of the Q tile (tile rows warp_row0 ..,
 // item rows w.q_tile_row0 + warp_row0 ..), copied from global memory with 16-byte loads into the
 // 128-byte-swizzled layout that TMA would have written; rows past the item's end and columns past
@@ -239,7 +256,7 @@ __device__ __forceinline__ void copy_packed_q(const ForwardKernelParams& p, cons
 }
 
 // S = Q Kᵀ for one consumer's 64 rows and the first 2 kAcc keys of the K tile at k_tile (all of
-// them, or the first half: a narrow S), one wgmma per 16 of the head dim, committed as one group.
+// them, or a narrow S's keys), one wgmma per 16 of the head dim, committed as one group.
 template <class T, int kHeadDim, class QTile, class KTile, int kAcc>
 __device__ __forceinline__ void score_gemm(float (&s)[kAcc], uint32_t q_slice, uint32_t k_tile) {
   hw::wgmma_fence();
@@ -287,7 +304,7 @@ __device__ __forceinline__ void value_gemm(float (&o)[kO], const uint32_t (&pa)[
 }
 
 // Scores of key tile n -> final logits (kSoftcap) -> masked if `mask`, on this thread's rows row0
-// and row0 + 8 of the Q tile and the tile's first kN / 2 keys (all of them, or a narrow S's half).
+// and row0 + 8 of the Q tile and the tile's first kN / 2 keys (all of them, or a narrow S's).
 template <bool kSoftcap, int kBlockN, int kN>
 __device__ __forceinline__ void modify_scores(float (&s)[kN], const ForwardKernelParams& p, const WorkTile& w, int row0,
                                               int n, int quad_lane, bool mask) {
@@ -340,8 +357,9 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
   constexpr int kPSteps = kBlockN / 16;
   constexpr bool kOverlap = kTiles.overlap;  // a scalar: the generic lambda below cannot read kTiles
   constexpr int kPolyShare = kTiles.exp2_poly_share;  // unmasked phases' exponentials on the FMA pipe
-  // A slice's first tile may be a narrow S, its first Bc / 2 keys (policy.hpp: narrow_first).
-  constexpr bool kNarrowFirst = kTiles.narrow_first;
+  // A slice's first tile may be narrow (policy.hpp: narrow_keys, narrow_widths): its first
+  // kNarrowKeys x width keys, width 1 .. kNarrowWidths.
+  constexpr int kNarrowKeys = kTiles.narrow_keys, kNarrowWidths = kTiles.narrow_widths;
   // With k_ahead (and exp_under_pv) the producer issues K(i + 1) before V(i) (FlashAttention-3's
   // order): K(i + 1)'s slot frees when S(i - 1) is done, V(i)'s when P(i - 2) V(i - 2) is (with
   // exp_under_pv after the softmax of S(i - 1)); issued first, K(i + 1) no longer queues behind V(i).
@@ -601,7 +619,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
       if (!kQRegs && !p.pack_gqa && !shared) release_q_loaded();
     };
     uint32_t qa[kQRegs ? kHeadDim / 16 : 1][4];  // Q's A operand (kQRegs), from the Q tile each item
-    // S = Q K(g)ᵀ (first 2 kAcc keys: all, or a narrow S's half), issued and committed as one group;
+    // S = Q K(g)ᵀ (first 2 kAcc keys: all, or a narrow S's), issued and committed as one group;
     // s belongs to the tensor cores until a wait retires the group (then wgmma_fence_operand(s), and
     // with Q from registers keep_alive(qa)).
     const auto score = [&](auto& s, int g) {
@@ -613,19 +631,34 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
     const auto s_retired = [&] {
       if constexpr (kQRegs) keep_alive(qa);
     };
+    // A narrow first tile g's width in kNarrowKeys: the fewest that hold every key the slice sees
+    // there (its keys_hi > the tile's first key: the slice sees one of its keys; with_width takes 1
+    // for less). The item's ItemInfo `round` is read afresh where the caller keeps none of it in
+    // registers.
+    const auto width_of = [&](int g, const Info& round, const SliceTiles& slice) {
+      return warp_uniform((slice.keys_hi - round.w.key_tile_start<kBlockN>(key_of(g)) + kNarrowKeys - 1) /
+                          max(kNarrowKeys, 1));
+    };
     // O += P V(g), one group; pa (P) and o belong to the tensor cores until a wait retires it (then
-    // wgmma_fence_operand(o) and keep_alive(pa)). Narrow (after a narrow S): the first kPSteps / 2
-    // key steps.
+    // wgmma_fence_operand(o) and keep_alive(pa)). Narrow (after a narrow S): its width's key steps.
     const auto issue_pv = [&](float(&acc)[kOAcc], const uint32_t(&pa)[kPSteps][4], int g, bool narrow) {
-      if constexpr (kNarrowFirst) {
+      if constexpr (kNarrowWidths > 0) {
         if (narrow) {
-          value_gemm<T, VTile, kPSteps / 2>(acc, pa, v_slot(slot_of(tile_of(g))));
+          const auto narrow_pv = [&](auto width) {
+            value_gemm<T, VTile, decltype(width)::value * kNarrowKeys / 16>(acc, pa, v_slot(slot_of(tile_of(g))));
+          };
+          if constexpr (kNarrowWidths == 1) {
+            narrow_pv(std::integral_constant<int, 1>{});
+          } else {
+            const Info& round = info(opaque(progress.k()));
+            with_width<kNarrowWidths>(width_of(g, round, round.slices[consumer_thread().c]), narrow_pv);
+          }
           return;
         }
       }
       value_gemm<T, VTile, kPSteps>(acc, pa, v_slot(slot_of(tile_of(g))));
     };
-    // Scores of tile g (s: the whole tile, or a narrow S's half) -> final logits (softcap) -> masked
+    // Scores of tile g (s: the whole tile, or a narrow S's keys) -> final logits (softcap) -> masked
     // if `mask` (masked(g), or a constant where the phase is known to need the mask or not).
     const auto modify = [&](auto& s, int g, bool mask) {
       modify_scores<kSoftcap, kBlockN>(s, p, w, row0, key_of(g), quad_lane, mask);
@@ -711,44 +744,70 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
           turns.pass();
           release_v(g_end - 1);
         } else {
-          // Narrow: the slice sees none of the first tile's last Bc / 2 keys (for instance the causal
-          // diagonal of a slice whose rows start at a multiple of 128; decided at run time), so
-          // S(g_first) is a 64 x Bc / 2 GEMM, its softmax half as long, and P(g_first) V(g_first)
-          // half the key steps.
+          // Narrow: the slice sees only the first tile's first kNarrowKeys x width keys, width <=
+          // kNarrowWidths (the causal diagonal of a d = 64 slice whose rows start at a multiple of
+          // 128, the sequence's end in a d = 128 tile of 80 keys; decided at run time), so S(g_first)
+          // is a 64 x kNarrowKeys width GEMM, and P(g_first) V(g_first) takes those key steps alone.
           const bool narrow =
-              kNarrowFirst && warp_uniform(mine.keys_hi <= w.key_tile_start<kBlockN>(key_of(g_first)) + kBlockN / 2);
-          const int g_narrow = narrow ? g_first : -1;  // P(g) V(g) takes half the key steps
+              kNarrowWidths > 0 &&
+              warp_uniform(mine.keys_hi <= w.key_tile_start<kBlockN>(key_of(g_first)) + kNarrowWidths * kNarrowKeys);
+          const int g_narrow = narrow ? g_first : -1;  // P(g) V(g) takes the narrow width's key steps
           // Phase g_first - g_begin: S(g_first) alone.
           wait_k(g_first);
           if (g_first > g_begin) wait_v(g_first - 1);
           turns.take(/*block_first_phase=*/g_first == g_begin && !progress.started());
           tl::mark(p.timeline, progress.k(), tl::kFirstTake);
-          // s: the whole tile, or a narrow S's half (which always masks: keys_hi lies inside it).
-          const auto first_phase = [&](auto& s, bool mask) {
-            score(s, g_first);
+          // S(g_first) into acc (the whole tile's s, or a narrow S's keys), then the phase's releases.
+          const auto first_gemm = [&](auto& acc) {
+            score(acc, g_first);
             turns.pass();
             hw::wgmma_wait<0>();
             tl::mark(p.timeline, progress.k(), tl::kFirstWait);
-            hw::wgmma_fence_operand(s);
+            hw::wgmma_fence_operand(acc);
             s_retired();
             release_k(g_first);
             if (g_first > g_begin) release_v(g_first - 1);
+          };
+          // s: the whole tile, or a narrow S's keys (masked: the slice may see fewer of them).
+          const auto first_softmax = [&](auto& s, bool mask) {
             modify(s, g_first, mask);
             softmax.template update</*kFirst=*/true>(s, score_scale_log2, alpha);
             pack_p<T>(pa, s);
             tl::mark(p.timeline, progress.k(), tl::kFirstSoft);
           };
-          const auto narrow_first = [&] {
-            if constexpr (kNarrowFirst) {
-              float s[kS / 2];
-              first_phase(s, true);
+          if constexpr (kNarrowWidths == 1) {
+            // One narrow width: its S has a softmax of its own, over its keys alone.
+            if (narrow) {
+              float s[kNarrowKeys / 2];
+              first_gemm(s);
+              first_softmax(s, true);
+            } else {
+              float s[kS];
+              const bool mask = masked(g_first);
+              first_gemm(s);
+              first_softmax(s, mask);
             }
-          };
-          if (narrow) {
-            narrow_first();
           } else {
+            // Several (or none): a narrow S takes the whole tile's softmax, its keys past the width at
+            // -inf (P = 0 there, and P V reads only the width's key steps), so that the code holds
+            // one softmax rather than one per width.
             float s[kS];
-            first_phase(s, masked(g_first));
+            const bool mask = narrow || masked(g_first);
+            if constexpr (kNarrowWidths > 1) {
+              if (narrow) {
+                with_width<kNarrowWidths>(width_of(g_first, item, mine), [&](auto width) {
+                  float t[decltype(width)::value * kNarrowKeys / 2];
+                  first_gemm(t);
+#pragma unroll
+                  for (int x = 0; x < kS; ++x) s[x] = x < decltype(width)::value * kNarrowKeys / 2 ? t[x] : -INFINITY;
+                });
+              } else {
+                first_gemm(s);
+              }
+            } else {
+              first_gemm(s);
+            }
+            first_softmax(s, mask);
           }
           // Phase g - g_begin (0 < g - g_begin < N): S(g) and O += P(g-1) V(g-1), then the softmax of
           // S(g). `mask`: std::true_type or std::false_type (the phase does or does not need the mask,

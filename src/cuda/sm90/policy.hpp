@@ -39,9 +39,10 @@ struct ForwardTiles {
   bool k_ahead;            // the producer issues K(j+1) before V(j) (exp_under_pv implies it), so that
                            // K(j+1), whose slot frees when S(j-1) is done, does not queue behind V(j),
                            // whose slot frees when P(j-2) V(j-2) is
-  bool narrow_first;       // a consumer whose 64 rows see none of the last Bc / 2 keys of its first
-                           // tile (a causal diagonal ending at a half tile) computes that tile as a
-                           // 64 x Bc / 2 S and a half P V (forward_kernel.cuh); Bc % 128 == 0
+  int narrow_keys;         // a consumer whose 64 rows see only the first w keys of its first tile, w
+  int narrow_widths;       // narrow_keys times 1 .. narrow_widths (a causal diagonal or the sequence's
+                           // end inside the tile), computes it as a narrow 64 x w S and P V over
+                           // those key steps (forward_kernel.cuh); narrow_widths = 0: whole tiles
   bool tree_reductions;    // the softmax's row max as a tree, its row sum in four partials
                            // (softmax.cuh); false: one chain each
   bool lazy_rescale;       // m moves (and o is rescaled) only when a row's maximum exceeds it by
@@ -86,7 +87,8 @@ struct ForwardTiles {
     return head_dim == o.head_dim && consumers == o.consumers && block_n == o.block_n && stages == o.stages &&
            producer_registers == o.producer_registers && consumer_registers == o.consumer_registers &&
            pingpong == o.pingpong && overlap == o.overlap && exp_under_pv == o.exp_under_pv &&
-           k_ahead == o.k_ahead && narrow_first == o.narrow_first && tree_reductions == o.tree_reductions &&
+           k_ahead == o.k_ahead && narrow_keys == o.narrow_keys && narrow_widths == o.narrow_widths &&
+           tree_reductions == o.tree_reductions &&
            lazy_rescale == o.lazy_rescale && q_in_registers == o.q_in_registers &&
            row_sums_by_pv == o.row_sums_by_pv && exp2_poly_share == o.exp2_poly_share && persistent == o.persistent &&
            share_tails == o.share_tails;
@@ -158,33 +160,43 @@ constexpr bool banded(int window_left, int window_right) { return window_left >=
 // 2026-12-06, n = 2k-16k): non-causal +0.6 to +3.5% (H200), +0.9 to +6% (H100); causal -6 to -5% at
 // n = 4k-16k (H200): the band keeps two consumers. 64 x 64 tiles in four stages: -0.5 to -2.5%
 // non-causal (H200); with k_ahead -1.4 to -3.6%, without tree reductions -0.2 to -3.2% (H100).
+// Narrow first tile (narrow_keys 16, narrow_widths 2; docs/perf.md, session 45): with Bc = 80 the
+// walk's first tile holds 16, 32, 64 and 48 keys at n = 4k, 8k, 16k and 2k, and costs a whole phase;
+// computed as a 64 x 16 or 64 x 32 S with 1 or 2 P V key steps it would save 1.5% of an item's GEMM
+// work at 4k and 0.6% at 8k. Widths of 48 and 64 keys too serialized the wgmmas (ptxas C7511), one
+// softmax per width spilled. Built and compiled (no spill, no C7511, 7048 SASS instructions against
+// 6464), not yet run on a GPU: off (FLASHATTN_SM90_NARROW_TAIL 0, and the kernel is main's, SASS
+// byte-identical) until measured.
 #ifndef FLASHATTN_SM90_SHARE_TAILS
 #define FLASHATTN_SM90_SHARE_TAILS 1  // the d = 128 policy's shared tails (above); CMake can override
 #endif
+#ifndef FLASHATTN_SM90_NARROW_TAIL
+#define FLASHATTN_SM90_NARROW_TAIL 0  // its narrow first tile (above): off until measured; CMake can override
+#endif
 constexpr ForwardTiles forward_tiles(int head_dim, bool banded) {
   if (head_dim == 128 && !banded)
-    return {128, 3, 80, 3, 32, 160, true, false, false, false, false, true, true, false, true, 0,
-            Persistence::kAlways, /*share_tails=*/FLASHATTN_SM90_SHARE_TAILS != 0};
+    return {128, 3, 80, 3, 32, 160, true, false, false, false, 16, /*narrow_widths=*/FLASHATTN_SM90_NARROW_TAIL ? 2 : 0,
+            true, true, false, true, 0, Persistence::kAlways, /*share_tails=*/FLASHATTN_SM90_SHARE_TAILS != 0};
   switch (head_dim) {
-    //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv k_ahead narrow_first
+    //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv k_ahead narrow_keys narrow_widths
     //               tree lazy q_regs row_sums_by_pv exp2_poly_share persistent share_tails
     case 64:
-      return {64, 3, 128, 2, 32, 160, true, false, false, false, true, false, true, false, true, 0,
+      return {64, 3, 128, 2, 32, 160, true, false, false, false, 64, 1, false, true, false, true, 0,
               Persistence::kAlways, false};
     case 96:
-      return {96, 2, 128, 2, 40, 232, true, true, false, false, false, true, true, true, false, 0,
+      return {96, 2, 128, 2, 40, 232, true, true, false, false, 0, 0, true, true, true, false, 0,
               Persistence::kAlways, false};
     case 128:
-      return {128, 2, 128, 2, 40, 232, true, true, false, false, false, true, true, true, true, 0,
+      return {128, 2, 128, 2, 40, 232, true, true, false, false, 0, 0, true, true, true, true, 0,
               Persistence::kAlways, false};
     case 192:
-      return {192, 2, 96, 2, 40, 232, true, true, false, false, false, true, true, false, false, 0,
+      return {192, 2, 96, 2, 40, 232, true, true, false, false, 0, 0, true, true, false, false, 0,
               Persistence::kAlways, false};
     case 256:
-      return {256, 2, 80, 2, 24, 240, false, true, false, false, false, true, true, false, false, 0,
+      return {256, 2, 80, 2, 24, 240, false, true, false, false, 0, 0, true, true, false, false, 0,
               Persistence::kAlways, false};
     default:
-      return {0, 0, 0, 0, 0, 0, false, false, false, false, false, false, false, false, false, 0, Persistence::kNever, false};
+      return {0, 0, 0, 0, 0, 0, false, false, false, false, 0, 0, false, false, false, false, 0, Persistence::kNever, false};
   }
 }
 
@@ -221,8 +233,10 @@ struct ForwardPolicy {
   static_assert(kTiles.stages <= 4, "the consumers keep the tile count modulo 2 stages in 3 bits");
   static_assert(!kTiles.exp_under_pv || kTiles.overlap, "exp_under_pv is a variant of the overlap schedule");
   static_assert(!kTiles.exp_under_pv || kTiles.k_ahead, "exp_under_pv issues K(j+1) before V(j)");
-  static_assert(!kTiles.narrow_first || kTiles.block_n % 128 == 0,
-                "a narrow S is a wgmma of N = Bc / 2, 64 keys a step");
+  static_assert(kTiles.narrow_widths == 0 ||
+                    (kTiles.narrow_keys > 0 && kTiles.narrow_keys % 16 == 0 &&
+                     kTiles.narrow_widths * kTiles.narrow_keys < kTiles.block_n),
+                "a narrow tile's widths are whole P V key steps (16 keys), narrower than Bc");
   static_assert(kTiles.exp2_poly_share >= 0, "a share of 1 in exp2_poly_share blocks, or 0 for none");
   static_assert(kTiles.smem_bytes() <= kMaxSmemBytes, "shared memory per block");
   static_assert(!kTiles.share_tails || kTiles.consumers == ForwardTiles::kMaxConsumers,
