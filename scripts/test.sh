@@ -52,6 +52,8 @@ if command -v nvcc >/dev/null 2>&1; then
   sm90_compile_check "shared tails" FLASHATTN_SM90_SHARE_TAILS shared_tails
   # The narrow first tile: off until measured on a GPU (a width of 48 keys serialized the wgmmas).
   sm90_compile_check "the narrow first tile" FLASHATTN_SM90_NARROW_TAIL narrow_tail
+  # The second Q tile (row sums in the softmax): off until measured on a GPU.
+  sm90_compile_check "the second Q tile" FLASHATTN_SM90_SECOND_Q second_q
   # From the Release tree built above (its CUDA code compiled once, not again for this check).
   step "Installed package with the CUDA backends + examples/"
   timed "install (CUDA) + example" env BUILD=build/release bash scripts/check_install.sh

@@ -61,6 +61,13 @@
 // set up their tiles while its Q is in flight. The block's end is a round whose item is
 // >= num_items. No barrier is initialised twice.
 //
+// Two Q tiles (policy q_stages = 2): rounds alternate between them, round k using tile k % 2 with
+// item_full, q_full and q_empty of its own, each barrier's phase j being round 2 j + k % 2. The
+// producer then waits only for round k - 2's Q tile to be free, so the next item's Q loads under
+// the current item's phases and its S(0) need not wait for it. It completes q_full every round,
+// with a plain arrival where no Q is loaded, so that the consumers' parity is the round's; a slot
+// of items[] is still rewritten only once every consumer is past round k - 3's start.
+//
 // Pack-GQA (p.pack_gqa, tile_scheduler.cuh): a tile's rows interleave the query heads of one kv
 // head, which no TMA box describes; the producer then loads K and V only, and each consumer warp
 // copies its 16 rows of Q itself (copy_packed_q), fenced for the async proxy and met on its
@@ -327,10 +334,10 @@ __device__ __forceinline__ void pack_p(uint32_t (&pa)[kPSteps][4], const float (
 }
 
 // The block's mbarriers.
-template <int kStages>
+template <int kStages, int kQStages>
 struct Barriers {
-  uint64_t item_full;  // the round's ItemInfo is written (the producer's arrival)
-  uint64_t q_full, q_empty;
+  uint64_t item_full[kQStages];  // the round's ItemInfo is written (the producer's arrival)
+  uint64_t q_full[kQStages], q_empty[kQStages];
   uint64_t k_full[kStages], k_empty[kStages];
   uint64_t v_full[kStages], v_empty[kStages];
 };
@@ -371,13 +378,19 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
   // Shared tails (tile_scheduler.cuh): a one-slice last tile's key tiles shared by the consumers.
   constexpr bool kShareTails = kTiles.share_tails;
 
+  // The Q tiles: round k's is q_buffer(k), the phase of its barriers q_phase(k) (one tile: every round).
+  constexpr int kQStages = kTiles.q_stages;
+  const auto q_buffer = [](int k) { return kQStages == 1 ? 0 : k & 1; };
+  const auto q_phase = [](int k) { return kQStages == 1 ? k : k >> 1; };
+
   extern __shared__ uint8_t smem_raw[];
-  __shared__ alignas(8) Barriers<kStages> bars;
+  __shared__ alignas(8) Barriers<kStages, kQStages> bars;
   using Info = ItemInfo<kTiles.consumers>;
   __shared__ alignas(16) Info items[4];  // round k's in items[k % 4]
   const uint32_t raw = cuda::smem_address(smem_raw);
   const uint32_t q_addr = (raw + ForwardTiles::kAlignment - 1) / ForwardTiles::kAlignment * ForwardTiles::kAlignment;
-  const uint32_t k_addr0 = q_addr + QTile::kBytes;
+  const uint32_t k_addr0 = q_addr + kQStages * QTile::kBytes;
+  const auto q_tile = [&](int k) { return q_addr + q_buffer(k) * QTile::kBytes; };  // round k's Q tile
   const uint32_t v_addr0 = k_addr0 + kStages * KTile::kBytes;
   const auto k_slot = [&](int slot) { return k_addr0 + slot * KTile::kBytes; };
   constexpr int kVSlotBytes = kTiles.v_slot_bytes();  // the V tile, then its ones block (kRowSums)
@@ -390,9 +403,12 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
   const auto parity_of = [](int g) { return static_cast<uint32_t>((g / kStages) & 1); };
 
   if (threadIdx.x == 0) {
-    hw::mbarrier_init(bar(bars.item_full), 1);               // the producer's arrival
-    hw::mbarrier_init(bar(bars.q_full), 1);                  // the producer's expect_tx
-    hw::mbarrier_init(bar(bars.q_empty), kConsumerThreads);  // every consumer thread
+#pragma unroll
+    for (int b = 0; b < kQStages; ++b) {
+      hw::mbarrier_init(bar(bars.item_full[b]), 1);               // the producer's arrival
+      hw::mbarrier_init(bar(bars.q_full[b]), 1);                  // the producer's expect_tx (or arrival)
+      hw::mbarrier_init(bar(bars.q_empty[b]), kConsumerThreads);  // every consumer thread
+    }
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
       hw::mbarrier_init(bar(bars.k_full[s]), 1);
@@ -479,16 +495,20 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
         // Then, once the consumers are done with round k - 1's Q tile (so that every consumer has
         // passed item_full's phase k - 1, and q_full's last phase is complete): item_full's phase k,
         // and the item's Q tile by TMA (none without key tiles, with pack-GQA, or when done).
-        hw::mbarrier_wait(bar(bars.q_empty), static_cast<uint32_t>(k & 1) ^ 1);
-        hw::mbarrier_arrive(bar(bars.item_full));
+        // (Two Q tiles: once they are done with round k - 2's.)
+        const int b = q_buffer(k);
+        hw::mbarrier_wait(bar(bars.q_empty[b]), static_cast<uint32_t>(q_phase(k) & 1) ^ 1);
+        hw::mbarrier_arrive(bar(bars.item_full[b]));
         tl::mark(p.timeline, k, tl::kPublished);
         if (n_tiles > 0 && !p.pack_gqa) {
-          hw::mbarrier_arrive_expect_tx(bar(bars.q_full), QTile::kBytes);
+          hw::mbarrier_arrive_expect_tx(bar(bars.q_full[b]), QTile::kBytes);
 #pragma unroll
           for (int cb = 0; cb < QTile::kColBlocks; ++cb)
-            hw::tma_load(q_addr + QTile::col_block_offset(cb), p.q_map, bar(bars.q_full), hw::kSw128Cols * cb,
+            hw::tma_load(q_tile(k) + QTile::col_block_offset(cb), p.q_map, bar(bars.q_full[b]), hw::kSw128Cols * cb,
                          w.q_row0 + w.q_tile_row0, w.h, w.tma_batch);
           tl::mark(p.timeline, k, tl::kQIssued);
+        } else if constexpr (kQStages > 1) {
+          hw::mbarrier_arrive(bar(bars.q_full[b]));  // the round's phase, without a Q tile
         }
         if (done) break;
         if (kShareTails && w.shared_tail) {
@@ -522,17 +542,17 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
 
   // ---- Consumers ----------------------------------------------------------------------------------
   hw::setmaxnreg_inc<kTiles.consumer_registers>();
-  uint8_t* q_smem = smem_raw + (q_addr - raw);
   const float score_scale_log2 = kSoftcap ? cuda::kLog2e : p.scale_log2;  // softcap's scores are final logits
   Progress<kStages> progress;
 
   // Round k's item, as the producer published it (ItemInfo): read from shared memory where used.
   const auto info = [&](int k) -> const Info& { return items[k & 3]; };
-  const auto release_q_loaded = [&] { hw::mbarrier_arrive(bar(bars.q_empty)); };
+  const auto release_q_loaded = [&] { hw::mbarrier_arrive(bar(bars.q_empty[q_buffer(progress.k())])); };
 
   for (;;) {
     tl::mark(p.timeline, progress.k(), tl::kTop);
-    hw::mbarrier_wait(bar(bars.item_full), progress.item_parity());
+    hw::mbarrier_wait(bar(bars.item_full[q_buffer(progress.k())]),
+                      kQStages == 1 ? progress.item_parity() : static_cast<uint32_t>(q_phase(progress.k()) & 1));
     tl::mark(p.timeline, progress.k(), tl::kItem);
     const Info& item = info(progress.k());
     if (warp_uniform(item.segment.item) >= p.num_items) break;
@@ -553,7 +573,9 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
     const int g_row = lane / 4, quad_lane = lane % 4;
     const int slice_row0 = shared ? 0 : c * kRows;  // of the item's rows at the Q tile's row 0
     const int warp_row0 = slice_row0 + 16 * me.warp;  // of the Q tile
-    const uint32_t q_slice = q_addr + slice_row0 * hw::kSw128Bytes;  // its rows of every column block
+    const uint32_t q_round = q_tile(progress.k());                    // the round's Q tile
+    uint8_t* q_smem = smem_raw + (q_round - raw);
+    const uint32_t q_slice = q_round + slice_row0 * hw::kSw128Bytes;  // its rows of every column block
     const GemmTurns<kTiles.consumers, kTiles.pingpong> turns{c};
     const int row0 = w.q_tile_row0 + warp_row0 + g_row;  // this thread's queries: row0 and row0 + 8
 
@@ -675,11 +697,12 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
         hw::fence_proxy_async_shared();
         hw::named_barrier_sync(static_cast<int>(NamedBarrier::kConsumerEpilogue) + c, hw::kWarpgroupThreads);
       } else {
-        hw::mbarrier_wait(bar(bars.q_full), progress.q_parity());
+        hw::mbarrier_wait(bar(bars.q_full[q_buffer(progress.k())]),
+                          kQStages == 1 ? progress.q_parity() : static_cast<uint32_t>(q_phase(progress.k()) & 1));
         tl::mark(p.timeline, progress.k(), tl::kQFull);
       }
       if constexpr (kQRegs) {
-        load_q_operand<kHeadDim, QTile>(qa, q_addr, warp_row0, lane);
+        load_q_operand<kHeadDim, QTile>(qa, q_round, warp_row0, lane);
         if (!p.pack_gqa) release_q_loaded();
         tl::mark(p.timeline, progress.k(), tl::kQLoaded);
       }

@@ -60,6 +60,8 @@ struct ForwardTiles {
                            // fill one consumer's slice (rows % Br in 1 .. 64) runs with its key tiles
                            // shared by the consumers, each over every third, their states merged
                            // (tile_scheduler.cuh: shared tails); false: one consumer computes it
+  int q_stages;            // Q tiles: 1, or 2 so that the next item's Q loads under the current
+                           // item's phases (rounds alternate between them, forward_kernel.cuh)
 
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kRowsPerConsumer = 64;
@@ -78,9 +80,10 @@ struct ForwardTiles {
   // that P V reads past the tile (d % 64 == 0: the next column block).
   constexpr int ones_block_bytes() const { return row_sums_by_pv ? block_n * 128 : 0; }
   constexpr int v_slot_bytes() const { return kv_tile_bytes() + ones_block_bytes(); }
-  // Q, then `stages` K tiles, then `stages` V slots, plus the slack to align the base to 1024.
+  // `q_stages` Q tiles, then `stages` K tiles, then `stages` V slots, plus the slack to align the
+  // base to 1024.
   constexpr int smem_bytes() const {
-    return q_bytes() + stages * (kv_tile_bytes() + v_slot_bytes()) + kAlignment;
+    return q_stages * q_bytes() + stages * (kv_tile_bytes() + v_slot_bytes()) + kAlignment;
   }
   // Every field: whether two policies compile to the same kernel.
   constexpr bool operator==(const ForwardTiles& o) const {
@@ -91,7 +94,7 @@ struct ForwardTiles {
            tree_reductions == o.tree_reductions &&
            lazy_rescale == o.lazy_rescale && q_in_registers == o.q_in_registers &&
            row_sums_by_pv == o.row_sums_by_pv && exp2_poly_share == o.exp2_poly_share && persistent == o.persistent &&
-           share_tails == o.share_tails;
+           share_tails == o.share_tails && q_stages == o.q_stages;
   }
 };
 
@@ -167,36 +170,46 @@ constexpr bool banded(int window_left, int window_right) { return window_left >=
 // softmax per width spilled. Built and compiled (no spill, no C7511, 7048 SASS instructions against
 // 6464), not yet run on a GPU: off (FLASHATTN_SM90_NARROW_TAIL 0, and the kernel is main's, SASS
 // byte-identical) until measured.
+// Second Q tile (q_stages 2; docs/perf.md, session 45): at n = 4k an item's boundary exceeds two
+// phases by 4.4 K cycles (2.5% of the item), of which the next S(0) waits about 1 K for its Q, which
+// can load only once the last consumer released the one Q tile. With two, the next item's Q loads
+// under the current item's phases. 48 KB more: the row sums go back to the softmax (the ones blocks
+// take 30 KB; 2 x 48 + 3 x 40 KB + the slack is 217 KB), which cost -0.9 to -2.2% alone. Built and
+// compiled, not yet run on a GPU: off (FLASHATTN_SM90_SECOND_Q 0: main's SASS) until measured.
 #ifndef FLASHATTN_SM90_SHARE_TAILS
 #define FLASHATTN_SM90_SHARE_TAILS 1  // the d = 128 policy's shared tails (above); CMake can override
 #endif
 #ifndef FLASHATTN_SM90_NARROW_TAIL
 #define FLASHATTN_SM90_NARROW_TAIL 0  // its narrow first tile (above): off until measured; CMake can override
 #endif
+#ifndef FLASHATTN_SM90_SECOND_Q
+#define FLASHATTN_SM90_SECOND_Q 0  // its second Q tile (above): off until measured; CMake can override
+#endif
 constexpr ForwardTiles forward_tiles(int head_dim, bool banded) {
   if (head_dim == 128 && !banded)
     return {128, 3, 80, 3, 32, 160, true, false, false, false, 16, /*narrow_widths=*/FLASHATTN_SM90_NARROW_TAIL ? 2 : 0,
-            true, true, false, true, 0, Persistence::kAlways, /*share_tails=*/FLASHATTN_SM90_SHARE_TAILS != 0};
+            true, true, false, /*row_sums_by_pv=*/FLASHATTN_SM90_SECOND_Q == 0, 0, Persistence::kAlways,
+            /*share_tails=*/FLASHATTN_SM90_SHARE_TAILS != 0, /*q_stages=*/FLASHATTN_SM90_SECOND_Q ? 2 : 1};
   switch (head_dim) {
     //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv k_ahead narrow_keys narrow_widths
-    //               tree lazy q_regs row_sums_by_pv exp2_poly_share persistent share_tails
+    //               tree lazy q_regs row_sums_by_pv exp2_poly_share persistent share_tails q_stages
     case 64:
       return {64, 3, 128, 2, 32, 160, true, false, false, false, 64, 1, false, true, false, true, 0,
-              Persistence::kAlways, false};
+              Persistence::kAlways, false, 1};
     case 96:
       return {96, 2, 128, 2, 40, 232, true, true, false, false, 0, 0, true, true, true, false, 0,
-              Persistence::kAlways, false};
+              Persistence::kAlways, false, 1};
     case 128:
       return {128, 2, 128, 2, 40, 232, true, true, false, false, 0, 0, true, true, true, true, 0,
-              Persistence::kAlways, false};
+              Persistence::kAlways, false, 1};
     case 192:
       return {192, 2, 96, 2, 40, 232, true, true, false, false, 0, 0, true, true, false, false, 0,
-              Persistence::kAlways, false};
+              Persistence::kAlways, false, 1};
     case 256:
       return {256, 2, 80, 2, 24, 240, false, true, false, false, 0, 0, true, true, false, false, 0,
-              Persistence::kAlways, false};
+              Persistence::kAlways, false, 1};
     default:
-      return {0, 0, 0, 0, 0, 0, false, false, false, false, 0, 0, false, false, false, false, 0, Persistence::kNever, false};
+      return {0, 0, 0, 0, 0, 0, false, false, false, false, 0, 0, false, false, false, false, 0, Persistence::kNever, false, 0};
   }
 }
 
@@ -231,6 +244,7 @@ struct ForwardPolicy {
   static_assert(!kTiles.pingpong || kTiles.consumers >= 2, "taking turns needs two consumers or more");
   static_assert(kTiles.stages >= 2, "the K/V pipeline needs two stages to overlap loads with compute");
   static_assert(kTiles.stages <= 4, "the consumers keep the tile count modulo 2 stages in 3 bits");
+  static_assert(kTiles.q_stages == 1 || kTiles.q_stages == 2, "one Q tile, or two that rounds alternate between");
   static_assert(!kTiles.exp_under_pv || kTiles.overlap, "exp_under_pv is a variant of the overlap schedule");
   static_assert(!kTiles.exp_under_pv || kTiles.k_ahead, "exp_under_pv issues K(j+1) before V(j)");
   static_assert(kTiles.narrow_widths == 0 ||
