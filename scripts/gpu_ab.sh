@@ -15,6 +15,9 @@
 #   TEST_FILTER='*Sm90ForwardTailGroups*' scripts/gpu_ab.sh   fewer tests (default *Sm90*)
 #   TREE_CMAKE_ARGS=-DFLASHATTN_SM90_NARROW_TAIL=ON scripts/gpu_ab.sh   the tree's builds (shim, tests)
 #                                                      configured with more options
+#   VARIANTS="narrow=-DFLASHATTN_SM90_NARROW_TAIL=ON;q2=-DFLASHATTN_SM90_SECOND_Q=ON -DFLASHATTN_SM90_ONES_ATOM=ON"
+#       scripts/gpu_ab.sh                              more shims of this working tree, each configured
+#                                                      with its options, timed as columns of their names
 #   COMPARE_ARGS="--rounds 40 --reps 8" scripts/gpu_ab.sh   longer timing (compare_backward.py's options)
 #   REFS="k-ahead" scripts/gpu_ab.sh --prepare         only extract the commits' sources into build/ab-src;
 #                                                      on the device: carry build/ab-src, AB_PREPARED=1
@@ -59,7 +62,9 @@ configure() {  # source dir, build dir, extra cmake args...
   cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON \
         -DFLASHATTN_CUDA_HEAD_DIMS="$HEAD_DIMS" -DFLASHATTN_CUDA_GENCODE=$GENCODE "$@" > "$dir.configure.log"
 }
-builds=$(( 1 + ${#names[@]} + TESTS ))
+variants=()  # VARIANTS: name=cmake args, separated by ';'
+IFS=';' read -r -a variants <<< "${VARIANTS:-}"
+builds=$(( 1 + ${#names[@]} + ${#variants[@]} + TESTS ))
 par=$(( $(nproc) / builds > 0 ? $(nproc) / builds : 1 ))
 t0=$(date +%s)
 pids=()
@@ -70,6 +75,13 @@ for name in "${names[@]}" tree; do  # each shim, in the table's column order (th
   tree_args=()
   [[ $name == tree ]] && tree_args=(${TREE_CMAKE_ARGS:-})
   ( configure "$src" "$ROOT/build/ab/$name" -DFLASHATTN_BUILD_TESTS=OFF "${tree_args[@]}" &&
+    cmake --build "$ROOT/build/ab/$name" -j "$par" --target flashattn_shim > "$ROOT/build/ab/$name.log" 2>&1 ) &
+  pids+=($!)
+  libs+=(--lib "$name=build/ab/$name/tools/gpu/libflashattn_shim.so")
+done
+for variant in "${variants[@]}"; do  # this tree again, configured with the variant's options
+  name=${variant%%=*}
+  ( configure . "$ROOT/build/ab/$name" -DFLASHATTN_BUILD_TESTS=OFF ${variant#*=} &&
     cmake --build "$ROOT/build/ab/$name" -j "$par" --target flashattn_shim > "$ROOT/build/ab/$name.log" 2>&1 ) &
   pids+=($!)
   libs+=(--lib "$name=build/ab/$name/tools/gpu/libflashattn_shim.so")

@@ -34,12 +34,14 @@ timed "install + example" bash scripts/check_install.sh
 if command -v nvcc >/dev/null 2>&1; then
   # The sm90 d = 128 kernel with a policy switch compiled in (policy.hpp): compiled, and failing on
   # any register spill or wgmma serialization (ptxas C7511: the first version of the tail groups, the
-  # path before it, had it). $1: what, $2: the define, $3: the log's name.
+  # path before it, had it). $1: what, $2: the defines (set to 1; space-separated), $3: the log's name.
   sm90_compile_check() {
     step "sm90 forward with $1 (compile-only, d = 128)"
     local t0 log=build/$3_ptxas.log
     t0=$(date +%s)
-    nvcc -Iinclude -Isrc -O3 -DNDEBUG "-D$2=1" -gencode=arch=compute_90a,code=sm_90a \
+    local defines=() d
+    for d in $2; do defines+=("-D$d=1"); done
+    nvcc -Iinclude -Isrc -O3 -DNDEBUG "${defines[@]}" -gencode=arch=compute_90a,code=sm_90a \
          --expt-relaxed-constexpr -Xptxas=-v -std=c++17 -x cu -c src/cuda/sm90/instantiations/forward_hdim128_bf16.cu \
          -o /dev/null 2> "$log" || { cat "$log"; exit 1; }
     if grep -E "[1-9][0-9]* bytes spill (stores|loads)|C7511" "$log"; then
@@ -54,6 +56,10 @@ if command -v nvcc >/dev/null 2>&1; then
   sm90_compile_check "the narrow first tile" FLASHATTN_SM90_NARROW_TAIL narrow_tail
   # The second Q tile (row sums in the softmax): off until measured on a GPU.
   sm90_compile_check "the second Q tile" FLASHATTN_SM90_SECOND_Q second_q
+  # The row sums on one ones atom, alone and with the second Q tile (all three switches together
+  # serialize the wgmmas: not a combination to build).
+  sm90_compile_check "the ones atom" FLASHATTN_SM90_ONES_ATOM ones_atom
+  sm90_compile_check "the second Q tile and the ones atom" "FLASHATTN_SM90_SECOND_Q FLASHATTN_SM90_ONES_ATOM" second_q_ones
   # From the Release tree built above (its CUDA code compiled once, not again for this check).
   step "Installed package with the CUDA backends + examples/"
   timed "install (CUDA) + example" env BUILD=build/release bash scripts/check_install.sh

@@ -297,15 +297,34 @@ __device__ __forceinline__ void load_q_operand(uint32_t (&qa)[kHeadDim / 16][4],
   for (int k16 = 0; k16 < kHeadDim / 16; ++k16) cuda::ldmatrix_x4(qa[k16], q_addr + QTile::offset(row, 16 * k16 + col));
 }
 
+// The block of ones that the row sums' own wgmmas read (policy ones_atom): 8 rows (N) of 64 keys (K),
+// K-major; every key step reads its first 16 columns, all ones.
+using OnesAtom = hw::Sw128Tile<8, 64>;
+
 // O += P V over the first kSteps 16-key steps of the V tile at v_tile (P from registers), one group.
-template <class T, class VTile, int kSteps, int kO, int kPSteps>
-__device__ __forceinline__ void value_gemm(float (&o)[kO], const uint32_t (&pa)[kPSteps][4], uint32_t v_tile) {
+// kOnesAtom (policy ones_atom): o's last 4 accumulators are the row sums, each key step's m64n8k16
+// on the ones at `ones` after V's m64n(d)k16; else `ones` is unused (with row sums by P V, V's
+// instruction covers them: its N is d + 8, the V slot's ones block).
+template <class T, class VTile, int kSteps, bool kOnesAtom, int kO, int kPSteps>
+__device__ __forceinline__ void value_gemm(float (&o)[kO], const uint32_t (&pa)[kPSteps][4], uint32_t v_tile,
+                                           uint32_t ones) {
   static_assert(kSteps <= kPSteps);
   hw::wgmma_fence_operand(o);
   hw::wgmma_fence();
+  if constexpr (kOnesAtom) {
+    float(&ov)[kO - 4] = *reinterpret_cast<float(*)[kO - 4]>(&o[0]);
+    float(&ol)[4] = *reinterpret_cast<float(*)[4]>(&o[kO - 4]);
+    const uint64_t ones_b = hw::k_major_descriptor<OnesAtom>(ones, 0);
 #pragma unroll
-  for (int k16 = 0; k16 < kSteps; ++k16)
-    hw::wgmma_rs<T, 1>(o, pa[k16], hw::mn_major_descriptor<VTile>(v_tile, k16), true);
+    for (int k16 = 0; k16 < kSteps; ++k16) {
+      hw::wgmma_rs<T, 1>(ov, pa[k16], hw::mn_major_descriptor<VTile>(v_tile, k16), true);
+      hw::wgmma_rs<T, 0>(ol, pa[k16], ones_b, true);
+    }
+  } else {
+#pragma unroll
+    for (int k16 = 0; k16 < kSteps; ++k16)
+      hw::wgmma_rs<T, 1>(o, pa[k16], hw::mn_major_descriptor<VTile>(v_tile, k16), true);
+  }
   hw::wgmma_commit();
   hw::wgmma_fence_operand(o);
 }
@@ -394,8 +413,12 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
   const uint32_t v_addr0 = k_addr0 + kStages * KTile::kBytes;
   const auto k_slot = [&](int slot) { return k_addr0 + slot * KTile::kBytes; };
   constexpr int kVSlotBytes = kTiles.v_slot_bytes();  // the V tile, then its ones block (kRowSums)
-  static_assert(!kRowSums || (VTile::kColBlocks == kHeadDim / 64 && VTile::kColBlockBytes == kTiles.ones_block_bytes()),
+  constexpr bool kOnesAtom = kTiles.ones_atom;         // or one block of ones after the V slots
+  static_assert(!kRowSums || kOnesAtom ||
+                    (VTile::kColBlocks == kHeadDim / 64 && VTile::kColBlockBytes == kTiles.ones_block_bytes()),
                 "P V's columns d .. d + 7 are the first of the column block after the V tile");
+  static_assert(!kOnesAtom || (kRowSums && OnesAtom::kBytes == kTiles.ones_atom_bytes()), "the row sums' ones");
+  const uint32_t ones_addr = v_addr0 + kStages * kVSlotBytes;  // kOnesAtom: the ones block
   const auto v_slot = [&](int slot) { return v_addr0 + slot * kVSlotBytes; };
   const auto bar = [](uint64_t& b) { return cuda::smem_address(&b); };
   // K/V tile number g (in issue order over the block's items): slot and round parity.
@@ -418,7 +441,13 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
     }
     hw::fence_mbarrier_init();
   }
-  if constexpr (kRowSums) {
+  if constexpr (kOnesAtom) {
+    // The ones block (kOnesAtom), the same way.
+    const uint32_t ones = cuda::MmaType<T>::pack(1.0f, 1.0f);
+    for (int i = threadIdx.x; i < OnesAtom::kBytes / 16; i += kTiles.threads())
+      *reinterpret_cast<uint4*>(smem_raw + (ones_addr - raw) + 16 * i) = make_uint4(ones, ones, ones, ones);
+    hw::fence_proxy_async_shared();
+  } else if constexpr (kRowSums) {
     // Each V slot's ones block (every element 1, so any swizzle reads ones), written once by every
     // thread and made visible to the async proxy (wgmma reads it) before the barrier.
     const uint32_t ones = cuda::MmaType<T>::pack(1.0f, 1.0f);
@@ -667,7 +696,8 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
       if constexpr (kNarrowWidths > 0) {
         if (narrow) {
           const auto narrow_pv = [&](auto width) {
-            value_gemm<T, VTile, decltype(width)::value * kNarrowKeys / 16>(acc, pa, v_slot(slot_of(tile_of(g))));
+            value_gemm<T, VTile, decltype(width)::value * kNarrowKeys / 16, kOnesAtom>(acc, pa, v_slot(slot_of(tile_of(g))),
+                                                                                      ones_addr);
           };
           if constexpr (kNarrowWidths == 1) {
             narrow_pv(std::integral_constant<int, 1>{});
@@ -678,7 +708,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
           return;
         }
       }
-      value_gemm<T, VTile, kPSteps>(acc, pa, v_slot(slot_of(tile_of(g))));
+      value_gemm<T, VTile, kPSteps, kOnesAtom>(acc, pa, v_slot(slot_of(tile_of(g))), ones_addr);
     };
     // Scores of tile g (s: the whole tile, or a narrow S's keys) -> final logits (softcap) -> masked
     // if `mask` (masked(g), or a constant where the phase is known to need the mask or not).

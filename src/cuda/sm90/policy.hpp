@@ -62,6 +62,9 @@ struct ForwardTiles {
                            // (tile_scheduler.cuh: shared tails); false: one consumer computes it
   int q_stages;            // Q tiles: 1, or 2 so that the next item's Q loads under the current
                            // item's phases (rounds alternate between them, forward_kernel.cuh)
+  bool ones_atom;          // with row_sums_by_pv: the row sums as an m64n8k16 of their own per key
+                           // step, on one 1 KB block of ones for all V slots (rather than P V's N
+                           // of d + 8 over a ones block after each V slot)
 
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kRowsPerConsumer = 64;
@@ -78,12 +81,13 @@ struct ForwardTiles {
   constexpr int kv_tile_bytes() const { return block_n * padded(head_dim) * 2; }
   // A V slot: the tile, then (row_sums_by_pv) one 64-column block of ones, the columns d .. d + 7
   // that P V reads past the tile (d % 64 == 0: the next column block).
-  constexpr int ones_block_bytes() const { return row_sums_by_pv ? block_n * 128 : 0; }
+  constexpr int ones_block_bytes() const { return row_sums_by_pv && !ones_atom ? block_n * 128 : 0; }
+  constexpr int ones_atom_bytes() const { return ones_atom ? 1024 : 0; }  // 8 rows of 128 bytes
   constexpr int v_slot_bytes() const { return kv_tile_bytes() + ones_block_bytes(); }
-  // `q_stages` Q tiles, then `stages` K tiles, then `stages` V slots, plus the slack to align the
-  // base to 1024.
+  // `q_stages` Q tiles, then `stages` K tiles, then `stages` V slots, then the ones atom, plus the
+  // slack to align the base to 1024.
   constexpr int smem_bytes() const {
-    return q_stages * q_bytes() + stages * (kv_tile_bytes() + v_slot_bytes()) + kAlignment;
+    return q_stages * q_bytes() + stages * (kv_tile_bytes() + v_slot_bytes()) + ones_atom_bytes() + kAlignment;
   }
   // Every field: whether two policies compile to the same kernel.
   constexpr bool operator==(const ForwardTiles& o) const {
@@ -94,7 +98,7 @@ struct ForwardTiles {
            tree_reductions == o.tree_reductions &&
            lazy_rescale == o.lazy_rescale && q_in_registers == o.q_in_registers &&
            row_sums_by_pv == o.row_sums_by_pv && exp2_poly_share == o.exp2_poly_share && persistent == o.persistent &&
-           share_tails == o.share_tails && q_stages == o.q_stages;
+           share_tails == o.share_tails && q_stages == o.q_stages && ones_atom == o.ones_atom;
   }
 };
 
@@ -176,6 +180,10 @@ constexpr bool banded(int window_left, int window_right) { return window_left >=
 // under the current item's phases. 48 KB more: the row sums go back to the softmax (the ones blocks
 // take 30 KB; 2 x 48 + 3 x 40 KB + the slack is 217 KB), which cost -0.9 to -2.2% alone. Built and
 // compiled, not yet run on a GPU: off (FLASHATTN_SM90_SECOND_Q 0: main's SASS) until measured.
+// Ones atom (ones_atom; with the second Q tile it keeps the row sums by P V in 218 KB): the row sums as
+// an m64n8k16 of their own per key step, on one 1 KB block of ones that every V slot shares, instead
+// of P V's N = 136 over a 10 KB ones block after each V slot. Compiled clean alone and with the second
+// Q tile (all three switches together serialize the wgmmas); not yet run: off until measured.
 #ifndef FLASHATTN_SM90_SHARE_TAILS
 #define FLASHATTN_SM90_SHARE_TAILS 1  // the d = 128 policy's shared tails (above); CMake can override
 #endif
@@ -185,31 +193,36 @@ constexpr bool banded(int window_left, int window_right) { return window_left >=
 #ifndef FLASHATTN_SM90_SECOND_Q
 #define FLASHATTN_SM90_SECOND_Q 0  // its second Q tile (above): off until measured; CMake can override
 #endif
+#ifndef FLASHATTN_SM90_ONES_ATOM
+#define FLASHATTN_SM90_ONES_ATOM 0  // its row sums on one ones atom (above): off until measured; CMake too
+#endif
 constexpr ForwardTiles forward_tiles(int head_dim, bool banded) {
   if (head_dim == 128 && !banded)
     return {128, 3, 80, 3, 32, 160, true, false, false, false, 16, /*narrow_widths=*/FLASHATTN_SM90_NARROW_TAIL ? 2 : 0,
-            true, true, false, /*row_sums_by_pv=*/FLASHATTN_SM90_SECOND_Q == 0, 0, Persistence::kAlways,
-            /*share_tails=*/FLASHATTN_SM90_SHARE_TAILS != 0, /*q_stages=*/FLASHATTN_SM90_SECOND_Q ? 2 : 1};
+            true, true, false, /*row_sums_by_pv=*/FLASHATTN_SM90_SECOND_Q == 0 || FLASHATTN_SM90_ONES_ATOM != 0, 0,
+            Persistence::kAlways, /*share_tails=*/FLASHATTN_SM90_SHARE_TAILS != 0,
+            /*q_stages=*/FLASHATTN_SM90_SECOND_Q ? 2 : 1, /*ones_atom=*/FLASHATTN_SM90_ONES_ATOM != 0};
   switch (head_dim) {
     //               d  consumers  Bc stages registers  pingpong overlap exp_under_pv k_ahead narrow_keys narrow_widths
-    //               tree lazy q_regs row_sums_by_pv exp2_poly_share persistent share_tails q_stages
+    //               tree lazy q_regs row_sums_by_pv exp2_poly_share persistent share_tails q_stages ones_atom
     case 64:
       return {64, 3, 128, 2, 32, 160, true, false, false, false, 64, 1, false, true, false, true, 0,
-              Persistence::kAlways, false, 1};
+              Persistence::kAlways, false, 1, false};
     case 96:
       return {96, 2, 128, 2, 40, 232, true, true, false, false, 0, 0, true, true, true, false, 0,
-              Persistence::kAlways, false, 1};
+              Persistence::kAlways, false, 1, false};
     case 128:
       return {128, 2, 128, 2, 40, 232, true, true, false, false, 0, 0, true, true, true, true, 0,
-              Persistence::kAlways, false, 1};
+              Persistence::kAlways, false, 1, false};
     case 192:
       return {192, 2, 96, 2, 40, 232, true, true, false, false, 0, 0, true, true, false, false, 0,
-              Persistence::kAlways, false, 1};
+              Persistence::kAlways, false, 1, false};
     case 256:
       return {256, 2, 80, 2, 24, 240, false, true, false, false, 0, 0, true, true, false, false, 0,
-              Persistence::kAlways, false, 1};
+              Persistence::kAlways, false, 1, false};
     default:
-      return {0, 0, 0, 0, 0, 0, false, false, false, false, 0, 0, false, false, false, false, 0, Persistence::kNever, false, 0};
+      return {0,     0,     0,     0, 0, 0, false, false, false, false, 0, 0, false, false, false, false, 0,
+              Persistence::kNever, false, 0, false};
   }
 }
 
@@ -245,6 +258,7 @@ struct ForwardPolicy {
   static_assert(kTiles.stages >= 2, "the K/V pipeline needs two stages to overlap loads with compute");
   static_assert(kTiles.stages <= 4, "the consumers keep the tile count modulo 2 stages in 3 bits");
   static_assert(kTiles.q_stages == 1 || kTiles.q_stages == 2, "one Q tile, or two that rounds alternate between");
+  static_assert(!kTiles.ones_atom || kTiles.row_sums_by_pv, "the ones atom serves the row sums by P V");
   static_assert(!kTiles.exp_under_pv || kTiles.overlap, "exp_under_pv is a variant of the overlap schedule");
   static_assert(!kTiles.exp_under_pv || kTiles.k_ahead, "exp_under_pv issues K(j+1) before V(j)");
   static_assert(kTiles.narrow_widths == 0 ||
