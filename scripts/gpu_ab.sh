@@ -69,23 +69,19 @@ par=$(( $(nproc) / builds > 0 ? $(nproc) / builds : 1 ))
 t0=$(date +%s)
 pids=()
 libs=()
-for name in "${names[@]}" tree; do  # each shim, in the table's column order (the tree's from this checkout)
-  src=build/ab-src/$name
-  [[ $name == tree ]] && src=.
-  tree_args=()
-  [[ $name == tree ]] && tree_args=(${TREE_CMAKE_ARGS:-})
-  ( configure "$src" "$ROOT/build/ab/$name" -DFLASHATTN_BUILD_TESTS=OFF "${tree_args[@]}" &&
+# A shim (name, source dir, extra cmake args...), built in the background: a column of the table.
+shim() {
+  local name=$1 src=$2
+  shift 2
+  ( configure "$src" "$ROOT/build/ab/$name" -DFLASHATTN_BUILD_TESTS=OFF "$@" &&
     cmake --build "$ROOT/build/ab/$name" -j "$par" --target flashattn_shim > "$ROOT/build/ab/$name.log" 2>&1 ) &
   pids+=($!)
   libs+=(--lib "$name=build/ab/$name/tools/gpu/libflashattn_shim.so")
-done
-for variant in "${variants[@]}"; do  # this tree again, configured with the variant's options
-  name=${variant%%=*}
-  ( configure . "$ROOT/build/ab/$name" -DFLASHATTN_BUILD_TESTS=OFF ${variant#*=} &&
-    cmake --build "$ROOT/build/ab/$name" -j "$par" --target flashattn_shim > "$ROOT/build/ab/$name.log" 2>&1 ) &
-  pids+=($!)
-  libs+=(--lib "$name=build/ab/$name/tools/gpu/libflashattn_shim.so")
-done
+}
+# In the table's column order: the commits', the tree's (this checkout), then the tree's variants.
+for name in "${names[@]}"; do shim "$name" "build/ab-src/$name"; done
+shim tree . ${TREE_CMAKE_ARGS:-}
+for variant in "${variants[@]}"; do shim "${variant%%=*}" . ${variant#*=}; done
 if [[ $TESTS == 1 ]]; then
   ( configure . "$ROOT/build/ab-tests" ${TREE_CMAKE_ARGS:-} &&
     cmake --build "$ROOT/build/ab-tests" -j "$par" --target flashattn_cuda_tests > "$ROOT/build/ab-tests.log" 2>&1 ) &
