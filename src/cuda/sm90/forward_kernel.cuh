@@ -183,10 +183,10 @@ __device__ __forceinline__ ConsumerThread consumer_thread() {
 }
 
 // The consumers' progress over the block's items, in one register (the main loop at d = 256 leaves
-// none to spare): the round counter k (item_full's phase, and the ItemInfo slot k % 4); the K/V
-// tiles consumed so far, modulo 2 stages (a tile's slot and round parity repeat every 2 stages tiles;
-// at most 8, in 3 bits); q_full's parity (Q tiles consumed, modulo 2); whether the ring of turns has
-// started (a tile was consumed).
+// none to spare): the round counter k (item_full's phase, through q_phase, and the ItemInfo slot
+// k % 4); the K/V tiles consumed so far, modulo 2 stages (a tile's slot and round parity repeat every
+// 2 stages tiles; at most 8, in 3 bits); with one Q tile, q_full's parity (Q tiles consumed, modulo
+// 2); whether the ring of turns has started (a tile was consumed).
 template <int kStages>
 struct Progress {
   static constexpr int kTileModulus = 2 * kStages;
@@ -196,7 +196,6 @@ struct Progress {
 
   __device__ __forceinline__ int k() const { return static_cast<int>(bits >> kItemShift); }
   __device__ __forceinline__ int tiles() const { return static_cast<int>(bits & kTileBits); }
-  __device__ __forceinline__ uint32_t item_parity() const { return static_cast<uint32_t>(k() & 1); }
   __device__ __forceinline__ uint32_t q_parity() const { return (bits & kQOdd) ? 1u : 0u; }
   __device__ __forceinline__ bool started() const { return (bits & kStarted) != 0; }
   // The round is done, its item having consumed n_tiles K/V tiles and, when n_tiles > 0, a Q tile
@@ -580,8 +579,7 @@ __global__ void __launch_bounds__(ForwardPolicy<kHeadDim, kBanded>::kTiles.threa
 
   for (;;) {
     tl::mark(p.timeline, progress.k(), tl::kTop);
-    hw::mbarrier_wait(bar(bars.item_full[q_buffer(progress.k())]),
-                      kQStages == 1 ? progress.item_parity() : static_cast<uint32_t>(q_phase(progress.k()) & 1));
+    hw::mbarrier_wait(bar(bars.item_full[q_buffer(progress.k())]), static_cast<uint32_t>(q_phase(progress.k()) & 1));
     tl::mark(p.timeline, progress.k(), tl::kItem);
     const Info& item = info(progress.k());
     if (warp_uniform(item.segment.item) >= p.num_items) break;
